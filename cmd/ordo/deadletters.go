@@ -1,0 +1,10 @@
+package main
+
+import (
+	"context"
+	"errors"
+)
+
+func runDeadLetters(ctx context.Context, env *environment, args []string) error {
+	return errors.New("not built yet")
+}

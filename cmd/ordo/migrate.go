@@ -1,0 +1,38 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	ordosql "github.com/ordo-dev/ordo/sql"
+)
+
+// runMigrate is `ordo migrate up|down|version`.
+func runMigrate(ctx context.Context, env *environment, args []string) error {
+	if env.databaseURL == "" {
+		return errors.New("DATABASE_URL is not set")
+	}
+	if len(args) != 1 {
+		return errors.New("usage: ordo migrate up|down|version")
+	}
+	switch args[0] {
+	case "up":
+		if err := ordosql.Up(env.databaseURL); err != nil {
+			return err
+		}
+	case "down":
+		if err := ordosql.Down(env.databaseURL); err != nil {
+			return err
+		}
+	case "version":
+	default:
+		return fmt.Errorf("unknown migrate action %q (want up, down or version)", args[0])
+	}
+	v, dirty, err := ordosql.Version(env.databaseURL)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "{\"version\":%d,\"dirty\":%t,\"latest\":%d}\n", v, dirty, ordosql.LatestVersion())
+	return nil
+}
