@@ -126,6 +126,55 @@ CREATE TABLE ordo.sandbox_sends (
     created_at      timestamptz NOT NULL DEFAULT now()
 );
 
+-- ordo.ensure_drain is the one place a conversation's drain job is scheduled.
+-- It schedules one unless the conversation is halted, has nothing to do, or
+-- already expects a drain (drain_job_id set and not the job being replaced).
+-- Replacing a dead job on a conversation with nothing to do clears it.
+-- Returns the new job's id, or NULL.
+CREATE FUNCTION ordo.ensure_drain(conv bigint, replacing bigint DEFAULT NULL) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_c   record;
+    v_job bigint;
+BEGIN
+    SELECT c.drain_job_id, c.halted_at, c.head_seq, c.last_seq INTO v_c
+    FROM ordo.conversations c WHERE c.id = conv FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF v_c.drain_job_id IS NOT NULL AND v_c.drain_job_id IS DISTINCT FROM replacing THEN
+        RETURN NULL;
+    END IF;
+    IF v_c.halted_at IS NOT NULL OR v_c.head_seq >= v_c.last_seq THEN
+        IF v_c.drain_job_id IS NOT NULL THEN
+            UPDATE ordo.conversations c SET drain_job_id = NULL WHERE c.id = conv;
+        END IF;
+        RETURN NULL;
+    END IF;
+    INSERT INTO ordo.river_job (args, kind, max_attempts, priority, queue, state, scheduled_at)
+    VALUES (jsonb_build_object('conversation', conv), 'ordo_drain', 25, 1, 'ordo', 'available', now())
+    RETURNING ordo.river_job.id INTO v_job;
+    UPDATE ordo.conversations c SET drain_job_id = v_job WHERE c.id = conv;
+    -- River's producers LISTEN on <schema>.river_insert; delivered at commit.
+    PERFORM pg_notify('ordo.river_insert', '{"queue": "ordo"}');
+    RETURN v_job;
+END;
+$$;
+
+-- ordo.check_fence starts every write batch of a drain. It holds a KEY SHARE
+-- lock on the conversation to commit, so a takeover (which bumps the fence
+-- under FOR UPDATE) waits for the write, and raises ORF01 when the token is
+-- stale so the whole batch rolls back.
+CREATE FUNCTION ordo.check_fence(conv bigint, token bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM ordo.conversations c WHERE c.id = conv AND c.fence = token FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'stale fencing token % for conversation %', token, conv USING ERRCODE = 'ORF01';
+    END IF;
+END;
+$$;
+
 -- ordo.enqueue_message is the one ingest path (REST, webhooks and other
 -- applications' SQL all call it). In the caller's transaction it dedupes on
 -- (tenant, message_id), takes the conversation's next seq and makes sure the
@@ -203,12 +252,7 @@ BEGIN
     END IF;
 
     IF v_drain IS NULL AND v_halted IS NULL THEN
-        INSERT INTO ordo.river_job (args, kind, max_attempts, priority, queue, state, scheduled_at)
-        VALUES (jsonb_build_object('conversation', v_conv), 'ordo_drain', 25, 1, 'ordo', 'available', now())
-        RETURNING ordo.river_job.id INTO v_drain;
-        UPDATE ordo.conversations c SET drain_job_id = v_drain WHERE c.id = v_conv;
-        -- River's producers LISTEN on <schema>.river_insert; delivered at commit.
-        PERFORM pg_notify('ordo.river_insert', '{"queue": "ordo"}');
+        PERFORM ordo.ensure_drain(v_conv);
     END IF;
 
     RETURN QUERY SELECT v_id, v_seq, false;

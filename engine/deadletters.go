@@ -1,0 +1,208 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DeadLetter is a message whose step kept failing (or failed permanently),
+// with every attempt's error.
+type DeadLetter struct {
+	ID             string          `json:"id"`
+	Tenant         string          `json:"tenant"`
+	MessageID      string          `json:"message_id"`
+	ConversationID string          `json:"conversation_id"`
+	Seq            int64           `json:"seq"`
+	Reason         string          `json:"reason"`
+	Errors         json.RawMessage `json:"errors"`
+	Payload        json.RawMessage `json:"payload"`
+	CreatedAt      time.Time       `json:"created_at"`
+	ResolvedAt     *time.Time      `json:"resolved_at,omitempty"`
+	Resolution     string          `json:"resolution,omitempty"`
+}
+
+// DeadLetterFilter narrows a dead-letter listing.
+type DeadLetterFilter struct {
+	TenantID       int64  // 0: every tenant (operators' command line)
+	ConversationID string // empty: any
+	State          string // open|resolved|all; empty means open
+	After          int64  // list ids greater than this (paging)
+	Limit          int    // 1..500; 0 means 100
+}
+
+const deadLetterColumns = `
+SELECT d.id::text, t.slug, m.message_id, c.conversation_id, m.seq, d.reason, d.errors, m.payload,
+       d.created_at, d.resolved_at, coalesce(d.resolution, '')
+FROM ordo.dead_letters d
+JOIN ordo.tenants t ON t.id = d.tenant_id
+JOIN ordo.messages m ON m.id = d.message_pk
+JOIN ordo.conversations c ON c.id = m.conversation_pk`
+
+const deadLettersQuery = deadLetterColumns + `
+WHERE ($1 = 0 OR d.tenant_id = $1)
+  AND ($2 = '' OR c.conversation_id = $2)
+  AND ($3 = 'all' OR ($3 = 'open') = (d.resolved_at IS NULL))
+  AND d.id > $4
+ORDER BY d.id LIMIT $5`
+
+const deadLetterQuery = deadLetterColumns + ` WHERE d.id = $1 AND ($2 = 0 OR d.tenant_id = $2)`
+
+func scanDeadLetter(r pgx.CollectableRow) (DeadLetter, error) {
+	var d DeadLetter
+	err := r.Scan(&d.ID, &d.Tenant, &d.MessageID, &d.ConversationID, &d.Seq, &d.Reason, &d.Errors, &d.Payload,
+		&d.CreatedAt, &d.ResolvedAt, &d.Resolution)
+	return d, err
+}
+
+// DeadLetters lists dead letters oldest first.
+func (e *Engine) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
+	if f.State == "" {
+		f.State = "open"
+	}
+	if f.State != "open" && f.State != "resolved" && f.State != "all" {
+		return nil, Errorf(CodeInvalid, "state: must be open, resolved or all")
+	}
+	if f.Limit == 0 {
+		f.Limit = 100
+	}
+	if f.Limit < 1 || f.Limit > 500 {
+		return nil, Errorf(CodeInvalid, "limit: must be 1 to 500")
+	}
+	rows, _ := e.pool.Query(ctx, deadLettersQuery, f.TenantID, f.ConversationID, f.State, f.After, f.Limit)
+	out, err := pgx.CollectRows(rows, scanDeadLetter)
+	if err != nil {
+		return nil, translate(err, "list dead letters")
+	}
+	return out, nil
+}
+
+// DeadLetter returns one dead letter; tenantID 0 means any tenant.
+func (e *Engine) DeadLetter(ctx context.Context, tenantID int64, id string) (DeadLetter, error) {
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil {
+		return DeadLetter{}, Errorf(CodeNotFound, "dead letter not found")
+	}
+	rows, _ := e.pool.Query(ctx, deadLetterQuery, n, tenantID)
+	d, err := pgx.CollectExactlyOneRow(rows, scanDeadLetter)
+	if err != nil {
+		return DeadLetter{}, translate(err, "read dead letter")
+	}
+	return d, nil
+}
+
+// The resolution runs in one transaction that locks the dead letter, then the
+// conversation FOR UPDATE and bumps its fence, so no drain — current or stale
+// — writes to the conversation while its head moves.
+const lockDeadLetter = `
+SELECT d.message_pk, m.conversation_pk, m.seq, c.head_seq, c.halted_at IS NOT NULL
+FROM ordo.dead_letters d
+JOIN ordo.messages m ON m.id = d.message_pk
+JOIN ordo.conversations c ON c.id = m.conversation_pk
+WHERE d.id = $1 AND ($2 = 0 OR d.tenant_id = $2) AND d.resolved_at IS NULL
+FOR UPDATE OF d, c`
+
+const resolveDeadLetter = `UPDATE ordo.dead_letters SET resolved_at = now(), resolution = $2 WHERE id = $1`
+
+// Replay at the head of a halted conversation: the message runs again in place.
+const replayInPlace = `
+WITH s AS (
+    UPDATE ordo.steps SET status = 'pending', attempts = 0, finished_at = NULL
+    WHERE message_pk = $1 AND status = 'failed'
+), m AS (
+    UPDATE ordo.messages SET status = 'queued', finished_at = NULL WHERE id = $1
+)
+UPDATE ordo.conversations SET halted_at = NULL, fence = fence + 1 WHERE id = $2`
+
+// Replay of a message the conversation has already passed (skip policy): it
+// goes to the conversation's tail with a new seq, so order is kept.
+const replayAtTail = `
+WITH c AS (
+    UPDATE ordo.conversations SET last_seq = last_seq + 1, fence = fence + 1 WHERE id = $2 RETURNING last_seq
+), s AS (
+    UPDATE ordo.steps SET status = 'pending', attempts = 0, finished_at = NULL
+    WHERE message_pk = $1 AND status = 'failed'
+)
+UPDATE ordo.messages SET status = 'queued', finished_at = NULL, seq = (SELECT last_seq FROM c) WHERE id = $1`
+
+const skipAtHead = `
+WITH m AS (
+    UPDATE ordo.messages SET status = 'skipped', finished_at = now() WHERE id = $1
+)
+UPDATE ordo.conversations SET halted_at = NULL, head_seq = $3, fence = fence + 1 WHERE id = $2`
+
+const skipPassed = `UPDATE ordo.messages SET status = 'skipped' WHERE id = $1`
+
+const ensureDrain = `SELECT ordo.ensure_drain($1)`
+
+// Replay runs a dead-lettered message again, in its conversation's order.
+func (e *Engine) Replay(ctx context.Context, tenantID int64, id string) (DeadLetter, error) {
+	return e.resolve(ctx, tenantID, id, "replayed")
+}
+
+// Skip gives up on a dead-lettered message and lets its conversation go on.
+func (e *Engine) Skip(ctx context.Context, tenantID int64, id string) (DeadLetter, error) {
+	return e.resolve(ctx, tenantID, id, "skipped")
+}
+
+func (e *Engine) resolve(ctx context.Context, tenantID int64, id, resolution string) (DeadLetter, error) {
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil {
+		return DeadLetter{}, Errorf(CodeNotFound, "dead letter not found")
+	}
+	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		var (
+			messagePK, convPK, seq, head int64
+			halted                       bool
+		)
+		err := tx.QueryRow(ctx, lockDeadLetter, n, tenantID).Scan(&messagePK, &convPK, &seq, &head, &halted)
+		if err != nil {
+			if err == pgx.ErrNoRows {
+				// Either not this tenant's, unknown, or already resolved.
+				if _, gerr := e.DeadLetter(ctx, tenantID, id); gerr == nil {
+					return Errorf(CodeConflict, "dead letter already resolved")
+				}
+			}
+			return err
+		}
+		atHead := halted && seq == head+1
+		var q string
+		switch {
+		case resolution == "replayed" && atHead:
+			q = replayInPlace
+		case resolution == "replayed":
+			q = replayAtTail
+		case atHead:
+			q = skipAtHead
+		default:
+			q = skipPassed
+		}
+		args := []any{messagePK, convPK}
+		if q == skipAtHead {
+			args = append(args, seq)
+		}
+		if q == skipPassed {
+			args = args[:1]
+		}
+		if _, err := tx.Exec(ctx, q, args...); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, resolveDeadLetter, n, resolution); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, ensureDrain, convPK)
+		return err
+	})
+	if err != nil {
+		if ErrorCode(err) != CodeInternal {
+			return DeadLetter{}, err
+		}
+		return DeadLetter{}, translate(err, "resolve dead letter")
+	}
+	e.logger.InfoContext(ctx, "dead letter resolved", slog.String("dead_letter_id", id), slog.String("resolution", resolution))
+	return e.DeadLetter(ctx, tenantID, id)
+}

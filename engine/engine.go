@@ -1,0 +1,112 @@
+// Package engine is where a message enters ordo and where its state is read
+// and steered: ingest (one transaction through ordo.enqueue_message), the
+// message and conversation views, and dead-letter replay and skip. The work
+// itself — draining conversations, running steps — is package jobs.
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Engine accepts messages and answers questions about them.
+type Engine struct {
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+}
+
+// New returns an Engine on pool.
+func New(pool *pgxpool.Pool, logger *slog.Logger) *Engine {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Engine{pool: pool, logger: logger}
+}
+
+// Querier is what ingest runs on: the pool, or a caller's transaction.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// NewMessage is a message offered for acceptance.
+type NewMessage struct {
+	Tenant         string // tenant slug
+	ConversationID string
+	MessageID      string
+	Direction      string // inbound|outbound; empty means outbound
+	Payload        json.RawMessage
+}
+
+// Accepted is the answer to an offered message: the original's, for a repeat.
+type Accepted struct {
+	ID             string `json:"id"`
+	MessageID      string `json:"message_id"`
+	ConversationID string `json:"conversation_id"`
+	Seq            int64  `json:"seq"`
+	Status         string `json:"status"`
+	Duplicate      bool   `json:"duplicate"`
+}
+
+const enqueueQuery = `SELECT id, seq, duplicate FROM ordo.enqueue_message($1, $2, $3, $4, $5)`
+
+const originalQuery = `
+SELECT c.conversation_id, m.status
+FROM ordo.messages m JOIN ordo.conversations c ON c.id = m.conversation_pk
+WHERE m.id = $1`
+
+// Ingest accepts m once: on the pool it is durable when Ingest returns.
+func (e *Engine) Ingest(ctx context.Context, m NewMessage) (Accepted, error) {
+	return e.IngestTx(ctx, e.pool, m)
+}
+
+// IngestTx accepts m inside q, which may be a caller's transaction: the
+// message is durable, and its drain scheduled, when that transaction commits.
+func (e *Engine) IngestTx(ctx context.Context, q Querier, m NewMessage) (Accepted, error) {
+	var dir *string
+	if m.Direction != "" {
+		dir = &m.Direction
+	}
+	var (
+		id int64
+		a  = Accepted{MessageID: m.MessageID, ConversationID: m.ConversationID, Status: "queued"}
+	)
+	err := q.QueryRow(ctx, enqueueQuery, m.Tenant, m.ConversationID, m.MessageID, dir, m.Payload).Scan(&id, &a.Seq, &a.Duplicate)
+	if err != nil {
+		return Accepted{}, translate(err, "enqueue message")
+	}
+	a.ID = strconv.FormatInt(id, 10)
+	if a.Duplicate {
+		if err := q.QueryRow(ctx, originalQuery, id).Scan(&a.ConversationID, &a.Status); err != nil {
+			return Accepted{}, translate(err, "read original message")
+		}
+	}
+	return a, nil
+}
+
+// translate turns store errors into *Error at the boundary: the SQL
+// functions' own validation messages are safe to show, everything else is
+// internal.
+func translate(err error, doing string) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "22023":
+		return &Error{Code: CodeInvalid, Message: pgErr.Message, Err: err}
+	case errors.As(err, &pgErr) && pgErr.Code == "P0002":
+		return &Error{Code: CodeNotFound, Message: pgErr.Message, Err: err}
+	case errors.Is(err, pgx.ErrNoRows):
+		return &Error{Code: CodeNotFound, Message: "not found", Err: err}
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return &Error{Code: CodeUnavailable, Message: "request cancelled", Err: err}
+	}
+	return &Error{Code: CodeInternal, Message: "internal error", Err: fmt.Errorf("%s: %w", doing, err)}
+}

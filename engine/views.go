@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Step is one checkpointed unit of a message's work, as users see it.
+type Step struct {
+	ID                string `json:"id"`
+	Kind              string `json:"kind"`
+	Status            string `json:"status"`
+	Attempts          int    `json:"attempts"`
+	LastError         string `json:"last_error,omitempty"`
+	ProviderMessageID string `json:"provider_message_id,omitempty"`
+	ProviderStatus    string `json:"provider_status,omitempty"`
+}
+
+// Message is a message with its steps.
+type Message struct {
+	ID             string          `json:"id"`
+	MessageID      string          `json:"message_id"`
+	ConversationID string          `json:"conversation_id"`
+	Seq            int64           `json:"seq"`
+	Direction      string          `json:"direction"`
+	Status         string          `json:"status"`
+	Payload        json.RawMessage `json:"payload"`
+	CreatedAt      time.Time       `json:"created_at"`
+	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+	Steps          []Step          `json:"steps"`
+}
+
+const messageQuery = `
+SELECT m.id::text, m.message_id, c.conversation_id, m.seq, m.direction, m.status, m.payload, m.created_at, m.finished_at
+FROM ordo.messages m JOIN ordo.conversations c ON c.id = m.conversation_pk
+WHERE m.tenant_id = $1 AND m.message_id = $2`
+
+const stepsQuery = `
+SELECT s.id::text, s.kind, s.status, s.attempts,
+       coalesce(s.errors -> -1 ->> 'error', ''), coalesce(s.provider_message_id, ''), coalesce(s.provider_status, '')
+FROM ordo.steps s JOIN ordo.messages m ON m.id = s.message_pk
+WHERE m.tenant_id = $1 AND m.message_id = $2
+ORDER BY s.idx`
+
+// Message returns tenant's message messageID with its steps; CodeNotFound for
+// another tenant's.
+func (e *Engine) Message(ctx context.Context, tenantID int64, messageID string) (Message, error) {
+	var m Message
+	err := e.pool.QueryRow(ctx, messageQuery, tenantID, messageID).Scan(
+		&m.ID, &m.MessageID, &m.ConversationID, &m.Seq, &m.Direction, &m.Status, &m.Payload, &m.CreatedAt, &m.FinishedAt)
+	if err != nil {
+		return Message{}, translate(err, "read message")
+	}
+	rows, _ := e.pool.Query(ctx, stepsQuery, tenantID, messageID)
+	m.Steps, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Step, error) {
+		var s Step
+		err := r.Scan(&s.ID, &s.Kind, &s.Status, &s.Attempts, &s.LastError, &s.ProviderMessageID, &s.ProviderStatus)
+		return s, err
+	})
+	if err != nil {
+		return Message{}, translate(err, "read steps")
+	}
+	return m, nil
+}
+
+// MessageSummary is a message in a conversation listing.
+type MessageSummary struct {
+	MessageID string    `json:"message_id"`
+	Seq       int64     `json:"seq"`
+	Direction string    `json:"direction"`
+	Status    string    `json:"status"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Conversation is a conversation's position and its recent messages.
+type Conversation struct {
+	ConversationID string           `json:"conversation_id"`
+	Status         string           `json:"status"` // active|halted
+	HeadSeq        int64            `json:"head_seq"`
+	LastSeq        int64            `json:"last_seq"`
+	Messages       []MessageSummary `json:"messages"`
+}
+
+// RecentMessages is how many messages a conversation view lists, newest first.
+const RecentMessages = 50
+
+const conversationQuery = `
+SELECT c.id, c.conversation_id, CASE WHEN c.halted_at IS NULL THEN 'active' ELSE 'halted' END, c.head_seq, c.last_seq
+FROM ordo.conversations c
+WHERE c.tenant_id = $1 AND c.conversation_id = $2`
+
+const recentQuery = `
+SELECT m.message_id, m.seq, m.direction, m.status, m.created_at
+FROM ordo.messages m WHERE m.conversation_pk = $1
+ORDER BY m.seq DESC LIMIT $2`
+
+// Conversation returns tenant's conversation conversationID; CodeNotFound for
+// another tenant's.
+func (e *Engine) Conversation(ctx context.Context, tenantID int64, conversationID string) (Conversation, error) {
+	var (
+		c  Conversation
+		pk int64
+	)
+	err := e.pool.QueryRow(ctx, conversationQuery, tenantID, conversationID).Scan(&pk, &c.ConversationID, &c.Status, &c.HeadSeq, &c.LastSeq)
+	if err != nil {
+		return Conversation{}, translate(err, "read conversation")
+	}
+	rows, _ := e.pool.Query(ctx, recentQuery, pk, RecentMessages)
+	c.Messages, err = pgx.CollectRows(rows, pgx.RowToStructByPos[MessageSummary])
+	if err != nil {
+		return Conversation{}, translate(err, "read conversation messages")
+	}
+	return c, nil
+}

@@ -1,0 +1,176 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/ordo-dev/ordo/jobs/whatsapp"
+	"github.com/ordo-dev/ordo/tenants"
+)
+
+// DrainArgs is the River job that drains one conversation. ordo.ensure_drain
+// inserts it from SQL; this is its Go side.
+type DrainArgs struct {
+	Conversation int64 `json:"conversation"`
+}
+
+// Kind is the River job kind, the same string ordo.ensure_drain inserts.
+func (DrainArgs) Kind() string { return "ordo_drain" }
+
+// Queue is the River queue drains run on.
+const Queue = "ordo"
+
+// Drainer runs conversations: one message at a time, in seq order, each step
+// checkpointed behind the conversation's fence.
+type Drainer struct {
+	cfg      Config
+	pool     *pgxpool.Pool
+	tenants  *tenants.Store
+	vault    *tenants.Vault
+	wa       *whatsapp.Client
+	hooks    http.Client
+	logger   *slog.Logger
+	stopping atomic.Bool
+}
+
+func newDrainer(cfg Config, pool *pgxpool.Pool, ts *tenants.Store, vault *tenants.Vault, logger *slog.Logger) *Drainer {
+	return &Drainer{
+		cfg:     cfg,
+		pool:    pool,
+		tenants: ts,
+		vault:   vault,
+		wa:      &whatsapp.Client{BaseURL: cfg.WhatsAppAPIURL, HTTP: &http.Client{Timeout: cfg.SendTimeout}},
+		hooks:   http.Client{Timeout: cfg.HandlerTimeout},
+		logger:  logger,
+	}
+}
+
+// message is the part of a message row a drain needs.
+type message struct {
+	pk        int64
+	id        string
+	seq       int64
+	direction string
+	payload   json.RawMessage
+}
+
+const nextMessageQuery = `
+SELECT id, message_id, seq, direction, payload FROM ordo.messages
+WHERE conversation_pk = $1 AND seq > $2 ORDER BY seq LIMIT 1`
+
+const clearHaltedQuery = `UPDATE ordo.conversations SET drain_job_id = NULL WHERE id = $1 AND fence = $2 AND halted_at IS NOT NULL`
+
+const currentJobQuery = `SELECT drain_job_id IS NOT DISTINCT FROM $2 FROM ordo.conversations WHERE id = $1`
+
+// Drain runs conversation conv until it has nothing left, yields, must wait
+// (a step's backoff), or halts on a dead letter. jobID is the River job.
+func (d *Drainer) Drain(ctx context.Context, conv, jobID int64) error {
+	s, err := openSession(ctx, d.pool, conv, d.cfg.Lease.Milliseconds())
+	if errors.Is(err, errLockBusy) {
+		// Another drain has it. If this job is the one the conversation
+		// counts on, come back; if not, the holder's own finish covers it.
+		var current bool
+		if err := d.pool.QueryRow(ctx, currentJobQuery, conv, jobID).Scan(&current); err == nil && !current {
+			return nil
+		}
+		return river.JobSnooze(d.cfg.LockBusyDelay)
+	}
+	if err != nil {
+		return err
+	}
+	defer s.close()
+
+	st, err := s.takeover(ctx)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // conversation deleted with its tenant
+	}
+	if err != nil {
+		return err
+	}
+	log := d.logger.With(slog.Int64("conversation", conv), slog.Int64("job_id", jobID), slog.Int64("fence", st.fence))
+	if st.halted {
+		_, err := s.conn.Exec(ctx, clearHaltedQuery, conv, st.fence)
+		return err
+	}
+	tenant, err := d.tenants.ByID(ctx, st.tenantID)
+	if err != nil {
+		return fmt.Errorf("load tenant: %w", err)
+	}
+	r := &run{d: d, s: s, tenant: tenant, conversationID: st.conversationID, log: log}
+
+	started := time.Now()
+	head := st.headSeq
+	for n := 0; ; n++ {
+		if n >= d.cfg.MaxMessagesPerRun || time.Since(started) > d.cfg.MaxRunTime || d.stopping.Load() {
+			return river.JobSnooze(0) // yield the worker; keep our place in line
+		}
+		var m message
+		err := s.conn.QueryRow(ctx, nextMessageQuery, conv, head).Scan(&m.pk, &m.id, &m.seq, &m.direction, &m.payload)
+		if errors.Is(err, pgx.ErrNoRows) {
+			done, err := s.finish(ctx)
+			if err != nil {
+				return r.stop(err)
+			}
+			if done {
+				return nil
+			}
+			continue
+		}
+		if err != nil {
+			return s.fail(fmt.Errorf("read next message: %w", err))
+		}
+		out, err := r.message(ctx, m)
+		if err != nil {
+			return r.stop(err)
+		}
+		switch out.kind {
+		case outcomeDone:
+			head = m.seq
+		case outcomeWait:
+			return river.JobSnooze(out.delay)
+		case outcomeHalted:
+			log.WarnContext(ctx, "conversation halted on a dead letter", slog.String("message_id", m.id), slog.Int64("seq", m.seq))
+			return nil
+		}
+	}
+}
+
+// stop ends a drain on err; a fenced write means another drain owns the
+// conversation now, which is not a failure of this job.
+func (r *run) stop(err error) error {
+	if errors.Is(err, ErrFenced) {
+		r.log.Warn("drain lost its conversation to a newer drain; stopping without writing")
+		return nil
+	}
+	return err
+}
+
+// Worker adapts the Drainer to River.
+type drainWorker struct {
+	river.WorkerDefaults[DrainArgs]
+	d *Drainer
+}
+
+func (w *drainWorker) Work(ctx context.Context, job *river.Job[DrainArgs]) error {
+	return w.d.Drain(ctx, job.Args.Conversation, job.ID)
+}
+
+// NextRetry: a drain fails only on infrastructure errors (the database went
+// away); come back soon rather than on River's slow default schedule.
+func (w *drainWorker) NextRetry(job *river.Job[DrainArgs]) time.Time {
+	d := time.Duration(1<<min(job.Attempt, 5)) * time.Second
+	return time.Now().Add(d)
+}
+
+// Timeout: a drain bounds itself (MaxRunTime plus one step's timeout).
+func (w *drainWorker) Timeout(*river.Job[DrainArgs]) time.Duration { return -1 }

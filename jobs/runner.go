@@ -1,0 +1,90 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/ordo-dev/ordo/tenants"
+)
+
+// Runner is a worker process's share of the work: a River client draining
+// conversations, and the reconciler.
+type Runner struct {
+	client     *river.Client[pgx.Tx]
+	drainer    *Drainer
+	reconciler *reconciler
+	cancel     context.CancelFunc
+	done       chan struct{}
+}
+
+// NewRunner builds a Runner; Start starts it.
+func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants.Vault, logger *slog.Logger) (*Runner, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	d := newDrainer(cfg, pool, ts, vault, logger)
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, &drainWorker{d: d}); err != nil {
+		return nil, err
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Schema:            "ordo",
+		Queues:            map[string]river.QueueConfig{Queue: {MaxWorkers: cfg.Workers}},
+		Workers:           workers,
+		FetchCooldown:     2 * time.Millisecond, // River's 100ms default would add up to 100ms per message
+		FetchPollInterval: cfg.FetchPollInterval,
+		JobTimeout:        -1,
+		Logger:            logger.With(slog.String("component", "river")),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("river client: %w", err)
+	}
+	return &Runner{
+		client:     client,
+		drainer:    d,
+		reconciler: &reconciler{pool: pool, interval: cfg.ReconcileInterval, after: cfg.StrandedAfter, logger: logger},
+	}, nil
+}
+
+// Start starts draining.
+func (r *Runner) Start(ctx context.Context) error {
+	if err := r.client.Start(ctx); err != nil {
+		return fmt.Errorf("start river: %w", err)
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.cancel = cancel
+	r.done = make(chan struct{})
+	go func() {
+		defer close(r.done)
+		r.reconciler.loop(rctx)
+	}()
+	return nil
+}
+
+// Stop asks running drains to yield after their current step, waits for them
+// until ctx ends, then cancels what is left. Nothing is lost either way: a
+// cancelled drain's conversation is picked up again from its checkpoints.
+func (r *Runner) Stop(ctx context.Context) error {
+	r.drainer.stopping.Store(true)
+	if r.cancel != nil {
+		r.cancel()
+		<-r.done
+	}
+	if err := r.client.Stop(ctx); err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return r.client.StopAndCancel(cctx)
+	}
+	return nil
+}

@@ -1,0 +1,173 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// lockNamespace is the first key of every conversation advisory lock
+// ("ordo"), keeping them apart from River's and an application's own locks.
+const lockNamespace = 0x6f72646f
+
+// errLockBusy: another drain holds the conversation.
+var errLockBusy = errors.New("conversation is locked by another drain")
+
+// ErrFenced is returned by a write of a drain that lost its conversation: a
+// newer drain took over (bumped the fence) and the write was rolled back.
+var ErrFenced = errors.New("stale fencing token: another drain owns the conversation")
+
+// IsFenced reports whether err is a write rejected by the fence.
+func IsFenced(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.Is(err, ErrFenced) || (errors.As(err, &pgErr) && pgErr.Code == "ORF01")
+}
+
+// session is a drain's hold on one conversation: a dedicated connection that
+// holds the conversation's session advisory lock, and the fencing token every
+// write carries. The connection's idle_session_timeout is the lease: a worker
+// that stops talking for that long (stalled, partitioned) has its session
+// ended by Postgres, which releases the lock to another worker, and its own
+// later writes fail on the dead connection or, through any other, on the fence.
+type session struct {
+	conn   *pgxpool.Conn
+	conv   int64
+	fence  int64
+	broken bool
+}
+
+const tryLockQuery = `SELECT pg_try_advisory_lock($1::int, ($2 % 2147483647)::int), set_config('idle_session_timeout', $3, false)`
+
+const unlockQuery = `SELECT pg_advisory_unlock($1::int, ($2 % 2147483647)::int), set_config('idle_session_timeout', '0', false)`
+
+// openSession takes conv's advisory lock on a dedicated connection.
+func openSession(ctx context.Context, pool *pgxpool.Pool, conv int64, lease int64) (*session, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquire connection: %w", err)
+	}
+	var (
+		locked bool
+		ignore string
+	)
+	if err := conn.QueryRow(ctx, tryLockQuery, lockNamespace, conv, strconv.FormatInt(lease, 10)).Scan(&locked, &ignore); err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("try conversation lock: %w", err)
+	}
+	if !locked {
+		_, _ = conn.Exec(ctx, "SELECT set_config('idle_session_timeout', '0', false)")
+		conn.Release()
+		return nil, errLockBusy
+	}
+	return &session{conn: conn, conv: conv}, nil
+}
+
+// close releases the lock, or drops the connection (and with it the lock)
+// when it cannot be trusted.
+func (s *session) close() {
+	ctx := context.WithoutCancel(context.Background())
+	if !s.broken {
+		var (
+			ok     bool
+			ignore string
+		)
+		if err := s.conn.QueryRow(ctx, unlockQuery, lockNamespace, s.conv).Scan(&ok, &ignore); err == nil && ok {
+			s.conn.Release()
+			return
+		}
+	}
+	c := s.conn.Hijack()
+	_ = c.Close(ctx)
+}
+
+// convState is the conversation as a drain sees it on takeover.
+type convState struct {
+	fence          int64
+	headSeq        int64
+	lastSeq        int64
+	halted         bool
+	tenantID       int64
+	conversationID string
+	drainJobID     *int64
+}
+
+// takeover bumps the fence under FOR UPDATE: it waits for any write still in
+// flight under the old token (those hold KEY SHARE), and every later one
+// under the old token fails.
+const takeoverQuery = `
+WITH l AS (SELECT id FROM ordo.conversations WHERE id = $1 FOR UPDATE)
+UPDATE ordo.conversations c SET fence = c.fence + 1 FROM l WHERE c.id = l.id
+RETURNING c.fence, c.head_seq, c.last_seq, c.halted_at IS NOT NULL, c.tenant_id, c.conversation_id, c.drain_job_id`
+
+func (s *session) takeover(ctx context.Context) (convState, error) {
+	var st convState
+	err := s.conn.QueryRow(ctx, takeoverQuery, s.conv).Scan(&st.fence, &st.headSeq, &st.lastSeq, &st.halted, &st.tenantID, &st.conversationID, &st.drainJobID)
+	if err != nil {
+		return convState{}, s.fail(fmt.Errorf("take conversation over: %w", err))
+	}
+	s.fence = st.fence
+	return st, nil
+}
+
+const checkFence = `SELECT ordo.check_fence($1, $2)`
+
+// write runs b's statements atomically (a pgx batch is one implicit
+// transaction, one round trip) behind the fence check.
+func (s *session) write(ctx context.Context, b *pgx.Batch) error {
+	fenced := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(b.QueuedQueries)+1)}
+	fenced.Queue(checkFence, s.conv, s.fence)
+	fenced.QueuedQueries = append(fenced.QueuedQueries, b.QueuedQueries...)
+	if err := s.conn.SendBatch(ctx, fenced).Close(); err != nil {
+		if IsFenced(err) {
+			return ErrFenced
+		}
+		return s.fail(err)
+	}
+	return nil
+}
+
+// fail marks the connection untrustworthy when err left it in an unknown
+// state (anything but a clean server-side error).
+func (s *session) fail(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		s.broken = true
+	}
+	return err
+}
+
+// finishQuery ends a drain when the conversation has nothing left: it takes
+// the row lock ingest takes, so a message committed meanwhile makes it match
+// nothing and the drain goes on.
+const finishQuery = `
+UPDATE ordo.conversations SET drain_job_id = NULL
+WHERE id = $1 AND fence = $2 AND head_seq = last_seq
+RETURNING true`
+
+const positionQuery = `SELECT fence, last_seq FROM ordo.conversations WHERE id = $1`
+
+// finish clears the conversation's drain if it is caught up; false means a
+// message arrived and the drain must go on.
+func (s *session) finish(ctx context.Context) (bool, error) {
+	var done bool
+	err := s.conn.QueryRow(ctx, finishQuery, s.conv, s.fence).Scan(&done)
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return false, s.fail(fmt.Errorf("finish drain: %w", err))
+	}
+	var fence, last int64
+	if err := s.conn.QueryRow(ctx, positionQuery, s.conv).Scan(&fence, &last); err != nil {
+		return false, s.fail(fmt.Errorf("read conversation: %w", err))
+	}
+	if fence != s.fence {
+		return false, ErrFenced
+	}
+	return false, nil
+}

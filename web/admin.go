@@ -1,0 +1,6 @@
+package web
+
+import "github.com/gorilla/mux"
+
+// routeAdmin mounts the admin page.
+func (s *Server) routeAdmin(r *mux.Router) {}

@@ -1,0 +1,72 @@
+package web
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/ordo-dev/ordo/engine"
+	"github.com/ordo-dev/ordo/tenants"
+)
+
+const codeMethodNotAllowed engine.Code = "method_not_allowed"
+
+// statuses is the one place error codes become HTTP statuses.
+var statuses = map[engine.Code]int{
+	engine.CodeInvalid:      http.StatusBadRequest,
+	engine.CodeUnauthorized: http.StatusUnauthorized,
+	engine.CodeNotFound:     http.StatusNotFound,
+	engine.CodeConflict:     http.StatusConflict,
+	engine.CodeTooLarge:     http.StatusRequestEntityTooLarge,
+	engine.CodeUnsupported:  http.StatusUnsupportedMediaType,
+	engine.CodeRateLimited:  http.StatusTooManyRequests,
+	engine.CodeUnavailable:  http.StatusServiceUnavailable,
+	engine.CodeInternal:     http.StatusInternalServerError,
+	codeMethodNotAllowed:    http.StatusMethodNotAllowed,
+}
+
+// asEngineError brings the tenants package's errors into the one error type.
+func asEngineError(err error) *engine.Error {
+	var e *engine.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	var inv *tenants.InvalidError
+	switch {
+	case errors.As(err, &inv):
+		return &engine.Error{Code: engine.CodeInvalid, Message: inv.Error(), Err: err}
+	case errors.Is(err, tenants.ErrUnauthorized):
+		return &engine.Error{Code: engine.CodeUnauthorized, Message: "missing, unknown or revoked API key", Err: err}
+	case errors.Is(err, tenants.ErrNotFound):
+		return &engine.Error{Code: engine.CodeNotFound, Message: "not found", Err: err}
+	case errors.Is(err, tenants.ErrExists):
+		return &engine.Error{Code: engine.CodeConflict, Message: "already exists", Err: err}
+	}
+	return &engine.Error{Code: engine.CodeInternal, Message: "internal error", Err: err}
+}
+
+// writeError renders err as {"error":{"code","message"}}; 5xx bodies say
+// nothing about internals, which go to the log instead.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	e := asEngineError(err)
+	status, ok := statuses[e.Code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	msg := e.Message
+	if status >= 500 {
+		s.logger.ErrorContext(r.Context(), "request failed", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		if e.Code == engine.CodeInternal {
+			msg = "internal error"
+		}
+	}
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": string(e.Code), "message": msg}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,109 @@
+package web
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+
+	"github.com/gorilla/mux"
+
+	"github.com/ordo-dev/ordo/engine"
+)
+
+// envelopeFields are the REST body's own fields; every other field of an
+// outbound message is the WhatsApp message itself and passes through.
+var envelopeFields = []string{"message_id", "conversation_id", "direction", "payload"}
+
+// parseNewMessage turns a POST /v1/messages body into an engine message.
+func parseNewMessage(tenant string, body []byte) (engine.NewMessage, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
+		return engine.NewMessage{}, engine.Errorf(engine.CodeInvalid, "body: must be a JSON object")
+	}
+	m := engine.NewMessage{Tenant: tenant}
+	for name, dst := range map[string]*string{"message_id": &m.MessageID, "conversation_id": &m.ConversationID, "direction": &m.Direction} {
+		raw, ok := fields[name]
+		if !ok || string(raw) == "null" {
+			continue
+		}
+		if err := json.Unmarshal(raw, dst); err != nil {
+			return engine.NewMessage{}, engine.Errorf(engine.CodeInvalid, "%s: must be a string", name)
+		}
+	}
+	switch {
+	case m.MessageID == "":
+		return engine.NewMessage{}, engine.Errorf(engine.CodeInvalid, "message_id: required")
+	case m.ConversationID == "":
+		return engine.NewMessage{}, engine.Errorf(engine.CodeInvalid, "conversation_id: required")
+	}
+	if m.Direction == "inbound" {
+		p := fields["payload"]
+		if len(p) == 0 || p[0] != '{' {
+			return engine.NewMessage{}, engine.Errorf(engine.CodeInvalid, "payload: an inbound message carries its original event as a JSON object")
+		}
+		m.Payload = p
+		return m, nil
+	}
+	for _, f := range envelopeFields {
+		delete(fields, f)
+	}
+	if _, ok := fields["to"]; !ok {
+		fields["to"], _ = json.Marshal(m.ConversationID)
+	}
+	if _, ok := fields["type"]; !ok {
+		return engine.NewMessage{}, engine.Errorf(engine.CodeInvalid, "type: required for an outbound message (text, template, image, …)")
+	}
+	m.Payload, _ = json.Marshal(fields)
+	return m, nil
+}
+
+func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
+	body, err := readJSONBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	m, err := parseNewMessage(tenantOf(r).Slug, body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	a, err := s.engine.Ingest(r.Context(), m)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	status := http.StatusAccepted
+	if a.Duplicate {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, a)
+}
+
+// pathVar returns a decoded path variable (the router matches encoded paths,
+// so ids may contain '/' and other reserved characters).
+func pathVar(r *http.Request, name string) string {
+	v, err := url.PathUnescape(mux.Vars(r)[name])
+	if err != nil {
+		return mux.Vars(r)[name]
+	}
+	return v
+}
+
+func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) {
+	m, err := s.engine.Message(r.Context(), tenantOf(r).ID, pathVar(r, "message_id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
+	c, err := s.engine.Conversation(r.Context(), tenantOf(r).ID, pathVar(r, "conversation_id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}
