@@ -1,0 +1,322 @@
+package tenants
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Tenant is a business on the platform and the settings that steer how its
+// messages are processed. It carries no secrets.
+type Tenant struct {
+	// ID is the database identity; other tables reference it.
+	ID int64 `json:"id"`
+	// Slug names the tenant in URLs and commands: [a-z0-9-]{1,63}.
+	Slug string `json:"slug"`
+	// Name is a human label, at most 200 characters; empty by default.
+	Name string `json:"name"`
+	// HandlerURL receives inbound messages for replies; empty means inbound
+	// messages are kept and marked done with no replies.
+	HandlerURL string `json:"handler_url"`
+	// OnDeadLetter is what a conversation does when one of its messages is
+	// dead-lettered: "halt" (default) or "skip".
+	OnDeadLetter string `json:"on_dead_letter"`
+	// Ambiguous is what a send with an unknown outcome does: "reconcile"
+	// (default) or "resend".
+	Ambiguous string `json:"ambiguous"`
+	// MaxAttempts is how many attempts a step gets before its message is
+	// dead-lettered, 1..100; 8 by default.
+	MaxAttempts int `json:"max_attempts"`
+	// CreatedAt is when the tenant was created.
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Querier runs SQL. *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn and pgx.Tx all
+// satisfy it, so writes can join a caller's transaction.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store reads and writes tenants and their API keys. It is safe for concurrent
+// use.
+type Store struct {
+	pool  *pgxpool.Pool
+	vault *Vault
+}
+
+// NewStore returns a Store on pool. vault keeps each tenant's handler secret;
+// it may be nil for callers that never create tenants or read handler secrets
+// (those methods then fail).
+func NewStore(pool *pgxpool.Pool, vault *Vault) *Store {
+	return &Store{pool: pool, vault: vault}
+}
+
+// CreateParams are a new tenant's settings. The policies start at their
+// defaults and are changed with Update.
+type CreateParams struct {
+	// Slug is required: [a-z0-9-]{1,63}, unique.
+	Slug string
+	// Name is optional, at most 200 characters.
+	Name string
+	// HandlerURL is optional: an absolute http or https URL.
+	HandlerURL string
+}
+
+// Created is a new tenant with the secrets that are shown only once.
+type Created struct {
+	// Tenant is the stored tenant.
+	Tenant Tenant
+	// APIKey is the tenant's first API key; only its hash is stored.
+	APIKey string
+	// HandlerSecret is the key of the HMAC that signs calls to the tenant's
+	// handler (X-Ordo-Signature), as the tenant configures it: 64 hex digits.
+	HandlerSecret string
+}
+
+// HandlerCredential is the vault name of a tenant's handler secret, stored as
+// {"secret": "<hex>"}.
+const HandlerCredential = "handler"
+
+const insertTenant = `
+INSERT INTO ordo.tenants (slug, name, handler_url)
+VALUES ($1, $2, NULLIF($3, ''))
+RETURNING id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, created_at`
+
+// Create stores a tenant together with its first API key and a random handler
+// secret, in one transaction: either all three exist afterwards or none.
+func (s *Store) Create(ctx context.Context, p CreateParams) (Created, error) {
+	if err := validateSlug(p.Slug); err != nil {
+		return Created{}, err
+	}
+	if err := validateName(p.Name); err != nil {
+		return Created{}, err
+	}
+	if err := validateHandlerURL(p.HandlerURL); err != nil {
+		return Created{}, err
+	}
+	if s.vault == nil {
+		return Created{}, errors.New("create tenant: no credential vault configured")
+	}
+	secretBytes := make([]byte, 32)
+	if _, err := rand.Read(secretBytes); err != nil {
+		return Created{}, fmt.Errorf("create tenant: generate handler secret: %w", err)
+	}
+	secret := hex.EncodeToString(secretBytes)
+	secretJSON, err := json.Marshal(map[string]string{"secret": secret})
+	if err != nil {
+		return Created{}, fmt.Errorf("create tenant: encode handler secret: %w", err)
+	}
+
+	var out Created
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		t, err := scanTenant(tx.QueryRow(ctx, insertTenant, p.Slug, p.Name, p.HandlerURL))
+		if err != nil {
+			if isUniqueViolation(err, "tenants_slug_key") {
+				return fmt.Errorf("tenant %q: %w", p.Slug, ErrExists)
+			}
+			return fmt.Errorf("insert tenant: %w", err)
+		}
+		key, _, err := createAPIKey(ctx, tx, t.ID)
+		if err != nil {
+			return err
+		}
+		if err := s.vault.Put(ctx, tx, t.ID, HandlerCredential, secretJSON); err != nil {
+			return fmt.Errorf("store handler secret: %w", err)
+		}
+		out = Created{Tenant: t, APIKey: key, HandlerSecret: secret}
+		return nil
+	})
+	if err != nil {
+		return Created{}, fmt.Errorf("create tenant: %w", err)
+	}
+	return out, nil
+}
+
+// UpdateParams are the settings to change; nil fields are left as they are.
+type UpdateParams struct {
+	// HandlerURL, if set, replaces the handler URL; "" removes it.
+	HandlerURL *string
+	// Name, if set, replaces the name.
+	Name *string
+	// OnDeadLetter, if set, is "halt" or "skip".
+	OnDeadLetter *string
+	// Ambiguous, if set, is "reconcile" or "resend".
+	Ambiguous *string
+	// MaxAttempts, if set, is 1..100.
+	MaxAttempts *int
+}
+
+func (p UpdateParams) validate() error {
+	if p.HandlerURL != nil {
+		if err := validateHandlerURL(*p.HandlerURL); err != nil {
+			return err
+		}
+	}
+	if p.Name != nil {
+		if err := validateName(*p.Name); err != nil {
+			return err
+		}
+	}
+	if p.OnDeadLetter != nil && *p.OnDeadLetter != "halt" && *p.OnDeadLetter != "skip" {
+		return invalid("on_dead_letter", "must be halt or skip")
+	}
+	if p.Ambiguous != nil && *p.Ambiguous != "reconcile" && *p.Ambiguous != "resend" {
+		return invalid("ambiguous", "must be reconcile or resend")
+	}
+	if p.MaxAttempts != nil && (*p.MaxAttempts < 1 || *p.MaxAttempts > 100) {
+		return invalid("max_attempts", "must be between 1 and 100")
+	}
+	return nil
+}
+
+// updateTenant leaves a column alone when its parameter is NULL. handler_url
+// is special: an empty string stores NULL, which means "no handler".
+const updateTenant = `
+UPDATE ordo.tenants SET
+    handler_url    = CASE WHEN $2::text IS NULL THEN handler_url ELSE NULLIF($2::text, '') END,
+    name           = COALESCE($3::text, name),
+    on_dead_letter = COALESCE($4::text, on_dead_letter),
+    ambiguous      = COALESCE($5::text, ambiguous),
+    max_attempts   = COALESCE($6::int, max_attempts)
+WHERE slug = $1
+RETURNING id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, created_at`
+
+// Update changes the settings of the tenant with slug and returns the result.
+func (s *Store) Update(ctx context.Context, slug string, p UpdateParams) (Tenant, error) {
+	if err := p.validate(); err != nil {
+		return Tenant{}, err
+	}
+	t, err := scanTenant(s.pool.QueryRow(ctx, updateTenant,
+		slug, p.HandlerURL, p.Name, p.OnDeadLetter, p.Ambiguous, p.MaxAttempts))
+	if err != nil {
+		return Tenant{}, fmt.Errorf("update tenant %q: %w", slug, notFound(err))
+	}
+	return t, nil
+}
+
+const selectTenantBySlug = `
+SELECT id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, created_at
+FROM ordo.tenants WHERE slug = $1`
+
+// BySlug returns the tenant with slug, or ErrNotFound.
+func (s *Store) BySlug(ctx context.Context, slug string) (Tenant, error) {
+	t, err := scanTenant(s.pool.QueryRow(ctx, selectTenantBySlug, slug))
+	if err != nil {
+		return Tenant{}, fmt.Errorf("read tenant %q: %w", slug, notFound(err))
+	}
+	return t, nil
+}
+
+const selectTenantByID = `
+SELECT id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, created_at
+FROM ordo.tenants WHERE id = $1`
+
+// ByID returns the tenant with id, or ErrNotFound.
+func (s *Store) ByID(ctx context.Context, id int64) (Tenant, error) {
+	t, err := scanTenant(s.pool.QueryRow(ctx, selectTenantByID, id))
+	if err != nil {
+		return Tenant{}, fmt.Errorf("read tenant %d: %w", id, notFound(err))
+	}
+	return t, nil
+}
+
+const selectTenants = `
+SELECT id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, created_at
+FROM ordo.tenants ORDER BY slug`
+
+// List returns every tenant, ordered by slug.
+func (s *Store) List(ctx context.Context) ([]Tenant, error) {
+	rows, err := s.pool.Query(ctx, selectTenants)
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Tenant, error) { return scanTenant(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	return out, nil
+}
+
+// HandlerSecret returns the HMAC key that signs calls to the tenant's handler:
+// the bytes of the hex string the tenant was given, which is what the tenant's
+// side (e.g. an n8n Crypto node) uses as its key.
+func (s *Store) HandlerSecret(ctx context.Context, tenantID int64) ([]byte, error) {
+	if s.vault == nil {
+		return nil, errors.New("read handler secret: no credential vault configured")
+	}
+	raw, err := s.vault.Get(ctx, tenantID, HandlerCredential)
+	if err != nil {
+		return nil, fmt.Errorf("read handler secret: %w", err)
+	}
+	var v struct {
+		Secret string `json:"secret"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil || v.Secret == "" {
+		return nil, fmt.Errorf("read handler secret of tenant %d: credential %q has no \"secret\" string", tenantID, HandlerCredential)
+	}
+	return []byte(v.Secret), nil
+}
+
+func scanTenant(row pgx.Row) (Tenant, error) {
+	var t Tenant
+	err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.HandlerURL, &t.OnDeadLetter, &t.Ambiguous, &t.MaxAttempts, &t.CreatedAt)
+	return t, err
+}
+
+// notFound turns pgx.ErrNoRows into ErrNotFound and leaves other errors alone.
+func notFound(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	return err
+}
+
+var slugPattern = regexp.MustCompile(`^[a-z0-9-]{1,63}$`)
+
+func validateSlug(slug string) error {
+	if slug == "" {
+		return invalid("slug", "required")
+	}
+	if !slugPattern.MatchString(slug) {
+		return invalid("slug", "must be 1 to 63 characters of a-z, 0-9 and -")
+	}
+	return nil
+}
+
+func validateName(name string) error {
+	if !utf8.ValidString(name) {
+		return invalid("name", "must be UTF-8 text")
+	}
+	if utf8.RuneCountInString(name) > 200 {
+		return invalid("name", "must be at most 200 characters")
+	}
+	return nil
+}
+
+// validateHandlerURL accepts "" (no handler) or an absolute http(s) URL.
+func validateHandlerURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	if len(s) > 2048 {
+		return invalid("handler_url", "must be at most 2048 characters")
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return invalid("handler_url", "must be an absolute http or https URL")
+	}
+	return nil
+}
