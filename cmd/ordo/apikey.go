@@ -2,9 +2,101 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
 )
 
+const apiKeyUsage = "ordo apikey create --tenant S | revoke --prefix P | list --tenant S"
+
+// runAPIKey is `ordo apikey create|revoke|list`.
 func runAPIKey(ctx context.Context, env *environment, args []string) error {
-	return errors.New("not built yet")
+	action, rest, err := subcommand(args, apiKeyUsage)
+	if err != nil {
+		return err
+	}
+	switch action {
+	case "create":
+		return apiKeyCreate(ctx, env, rest)
+	case "revoke":
+		return apiKeyRevoke(ctx, env, rest)
+	case "list":
+		return apiKeyList(ctx, env, rest)
+	default:
+		return fmt.Errorf("unknown apikey action %q; usage: %s", action, apiKeyUsage)
+	}
+}
+
+// apiKeyCreate prints a new key: the only time it is shown.
+func apiKeyCreate(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "apikey create")
+	slug := fs.String("tenant", "", "the tenant's slug (required)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := requireFlag("tenant", *slug); err != nil {
+		return err
+	}
+	pool, store, err := openTenantStore(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	key, prefix, err := store.CreateAPIKey(ctx, *slug)
+	if err != nil {
+		return err
+	}
+	return printJSON(env.stdout, struct {
+		Tenant string `json:"tenant"`
+		APIKey string `json:"api_key"`
+		Prefix string `json:"prefix"`
+	}{*slug, key, prefix})
+}
+
+func apiKeyRevoke(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "apikey revoke")
+	prefix := fs.String("prefix", "", "the key's prefix, the 8 characters after ordo_ (required)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := requireFlag("prefix", *prefix); err != nil {
+		return err
+	}
+	pool, store, err := openTenantStore(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := store.RevokeAPIKey(ctx, *prefix); err != nil {
+		return err
+	}
+	return printJSON(env.stdout, struct {
+		Prefix  string `json:"prefix"`
+		Revoked bool   `json:"revoked"`
+	}{*prefix, true})
+}
+
+// apiKeyList prints one JSON line per key, revoked ones included.
+func apiKeyList(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "apikey list")
+	slug := fs.String("tenant", "", "the tenant's slug (required)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := requireFlag("tenant", *slug); err != nil {
+		return err
+	}
+	pool, store, err := openTenantStore(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	keys, err := store.ListAPIKeys(ctx, *slug)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := printJSON(env.stdout, k); err != nil {
+			return err
+		}
+	}
+	return nil
 }

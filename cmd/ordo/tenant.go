@@ -2,9 +2,125 @@ package main
 
 import (
 	"context"
-	"errors"
+	"flag"
+	"fmt"
+
+	"github.com/ordo-dev/ordo/tenants"
 )
 
+const tenantUsage = "ordo tenant create --slug S [--name N] [--handler-url U] | " +
+	"update --slug S [--handler-url U] [--name N] [--on-dead-letter halt|skip] [--ambiguous reconcile|resend] [--max-attempts N] | list"
+
+// runTenant is `ordo tenant create|update|list`.
 func runTenant(ctx context.Context, env *environment, args []string) error {
-	return errors.New("not built yet")
+	action, rest, err := subcommand(args, tenantUsage)
+	if err != nil {
+		return err
+	}
+	switch action {
+	case "create":
+		return tenantCreate(ctx, env, rest)
+	case "update":
+		return tenantUpdate(ctx, env, rest)
+	case "list":
+		return tenantList(ctx, env, rest)
+	default:
+		return fmt.Errorf("unknown tenant action %q; usage: %s", action, tenantUsage)
+	}
+}
+
+// tenantCreate prints the new tenant's API key and handler secret: the only
+// time either is shown.
+func tenantCreate(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "tenant create")
+	slug := fs.String("slug", "", "the tenant's slug, [a-z0-9-]{1,63} (required)")
+	name := fs.String("name", "", "a human name")
+	handlerURL := fs.String("handler-url", "", "where inbound messages are POSTed for replies")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := requireFlag("slug", *slug); err != nil {
+		return err
+	}
+	pool, store, _, err := openStores(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	c, err := store.Create(ctx, tenants.CreateParams{Slug: *slug, Name: *name, HandlerURL: *handlerURL})
+	if err != nil {
+		return err
+	}
+	return printJSON(env.stdout, struct {
+		Tenant        string `json:"tenant"`
+		APIKey        string `json:"api_key"`
+		HandlerSecret string `json:"handler_secret"`
+	}{c.Tenant.Slug, c.APIKey, c.HandlerSecret})
+}
+
+// tenantUpdate changes only the settings whose flags were given.
+func tenantUpdate(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "tenant update")
+	slug := fs.String("slug", "", "the tenant to change (required)")
+	handlerURL := fs.String("handler-url", "", `where inbound messages are POSTed; "" removes the handler`)
+	name := fs.String("name", "", "a human name")
+	onDeadLetter := fs.String("on-dead-letter", "", "halt or skip the conversation when a message is dead-lettered")
+	ambiguous := fs.String("ambiguous", "", "reconcile or resend a send whose outcome is unknown")
+	maxAttempts := fs.Int("max-attempts", 0, "attempts a step gets before its message is dead-lettered, 1..100")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := requireFlag("slug", *slug); err != nil {
+		return err
+	}
+	var p tenants.UpdateParams
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "handler-url":
+			p.HandlerURL = handlerURL
+		case "name":
+			p.Name = name
+		case "on-dead-letter":
+			p.OnDeadLetter = onDeadLetter
+		case "ambiguous":
+			p.Ambiguous = ambiguous
+		case "max-attempts":
+			p.MaxAttempts = maxAttempts
+		}
+	})
+	if p == (tenants.UpdateParams{}) {
+		return fmt.Errorf("nothing to change; usage: %s", tenantUsage)
+	}
+	pool, store, err := openTenantStore(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	t, err := store.Update(ctx, *slug, p)
+	if err != nil {
+		return err
+	}
+	return printJSON(env.stdout, t)
+}
+
+// tenantList prints one JSON line per tenant.
+func tenantList(ctx context.Context, env *environment, args []string) error {
+	if err := parseFlags(newFlagSet(env, "tenant list"), args); err != nil {
+		return err
+	}
+	pool, store, err := openTenantStore(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	list, err := store.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range list {
+		if err := printJSON(env.stdout, t); err != nil {
+			return err
+		}
+	}
+	return nil
 }
