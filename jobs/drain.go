@@ -38,20 +38,27 @@ type Drainer struct {
 	tenants  *tenants.Store
 	vault    *tenants.Vault
 	wa       *whatsapp.Client
-	hooks    http.Client
+	handlers http.Client
 	logger   *slog.Logger
 	stopping atomic.Bool
+	hooks    hooks
+}
+
+// hooks let tests force interleavings; nil in production.
+type hooks struct {
+	beforeFinish func(conv int64)   // a drain found nothing left and is about to finish
+	afterEffect  func(stepID int64) // a step's effect happened, its result is not recorded yet
 }
 
 func newDrainer(cfg Config, pool *pgxpool.Pool, ts *tenants.Store, vault *tenants.Vault, logger *slog.Logger) *Drainer {
 	return &Drainer{
-		cfg:     cfg,
-		pool:    pool,
-		tenants: ts,
-		vault:   vault,
-		wa:      &whatsapp.Client{BaseURL: cfg.WhatsAppAPIURL, HTTP: &http.Client{Timeout: cfg.SendTimeout}},
-		hooks:   http.Client{Timeout: cfg.HandlerTimeout},
-		logger:  logger,
+		cfg:      cfg,
+		pool:     pool,
+		tenants:  ts,
+		vault:    vault,
+		wa:       &whatsapp.Client{BaseURL: cfg.WhatsAppAPIURL, HTTP: &http.Client{Timeout: cfg.SendTimeout}},
+		handlers: http.Client{Timeout: cfg.HandlerTimeout},
+		logger:   logger,
 	}
 }
 
@@ -117,6 +124,9 @@ func (d *Drainer) Drain(ctx context.Context, conv, jobID int64) error {
 		var m message
 		err := s.conn.QueryRow(ctx, nextMessageQuery, conv, head).Scan(&m.pk, &m.id, &m.seq, &m.direction, &m.payload)
 		if errors.Is(err, pgx.ErrNoRows) {
+			if d.hooks.beforeFinish != nil {
+				d.hooks.beforeFinish(conv)
+			}
 			done, err := s.finish(ctx)
 			if err != nil {
 				return r.stop(err)

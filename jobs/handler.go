@@ -66,7 +66,7 @@ func (r *run) callHandler(ctx context.Context, m message) (json.RawMessage, erro
 	req.Header.Set("User-Agent", "ordo")
 	req.Header.Set("X-Ordo-Signature", Sign(r.secret, body))
 	req.Header.Set("Idempotency-Key", r.tenant.Slug+":"+m.id)
-	resp, err := r.d.hooks.Do(req)
+	resp, err := r.d.handlers.Do(req)
 	if err != nil {
 		return nil, &failure{msg: "handler unreachable: " + redactURL(err)}
 	}

@@ -33,6 +33,10 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	if need := int32(cfg.Workers + 5); pool.Config().MaxConns < need {
+		// Each running drain holds a connection (its lock); River needs a few.
+		return nil, fmt.Errorf("jobs: the pool allows %d connections; %d workers need at least %d (set pool_max_conns)", pool.Config().MaxConns, cfg.Workers, need)
+	}
 	d := newDrainer(cfg, pool, ts, vault, logger)
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &drainWorker{d: d}); err != nil {

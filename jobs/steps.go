@@ -172,6 +172,9 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 		id, err = r.send(ctx, st)
 		providerID = &id
 	}
+	if r.d.hooks.afterEffect != nil {
+		r.d.hooks.afterEffect(st.id)
+	}
 	if err != nil {
 		var f *failure
 		if !errors.As(err, &f) {

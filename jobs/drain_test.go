@@ -1,0 +1,194 @@
+package jobs_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ordo-dev/ordo/engine"
+	"github.com/ordo-dev/ordo/jobs"
+	"github.com/ordo-dev/ordo/jobs/jobstest"
+	"github.com/ordo-dev/ordo/jobs/whatsapp/whatsapptest"
+)
+
+// Every message posted twice (some copies at the same instant) by concurrent
+// clients, one client per conversation posting in order: each is accepted
+// once, sent exactly once, and each conversation's sends arrive in order.
+func TestConcurrentDuplicatesSentOnceInOrder(t *testing.T) {
+	t.Parallel()
+	b := jobstest.Setup(t, jobstest.Options{})
+	const convs, perConv = 40, 15
+	expected := map[string][]string{}
+	var mu sync.Mutex
+	dupes := 0
+	var wg sync.WaitGroup
+	for c := range convs {
+		conv := fmt.Sprintf("1555%04d", c)
+		for k := range perConv {
+			expected[conv] = append(expected[conv], fmt.Sprintf("%s #%d", conv, k))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range perConv {
+				id, text := fmt.Sprintf("m-%s-%d", conv, k), fmt.Sprintf("%s #%d", conv, k)
+				// The copy races the original half of the time.
+				var inner sync.WaitGroup
+				results := make([]engine.Accepted, 2)
+				for i := range 2 {
+					inner.Add(1)
+					go func() {
+						defer inner.Done()
+						if i == 1 && rand.IntN(2) == 0 {
+							time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
+						}
+						results[i] = b.Ingest(conv, id, text)
+					}()
+					if i == 0 && rand.IntN(2) == 0 {
+						inner.Wait() // sequential copy
+					}
+				}
+				inner.Wait()
+				if results[0].Duplicate == results[1].Duplicate || results[0].Seq != results[1].Seq || results[0].ID != results[1].ID {
+					t.Errorf("%s: answers %+v and %+v: want one original and one duplicate of it", id, results[0], results[1])
+				}
+				mu.Lock()
+				dupes++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := b.WhatsApp.WaitForSends(ctx, convs*perConv); err != nil {
+		t.Fatalf("waiting for sends: %v (got %d)", err, len(b.WhatsApp.Sends()))
+	}
+	time.Sleep(200 * time.Millisecond) // let a duplicate send, if any, arrive
+	rep := whatsapptest.Check(b.WhatsApp.Sends(), expected)
+	if !rep.OK() || rep.Sent != convs*perConv {
+		t.Fatalf("provider saw: %s", rep)
+	}
+	if dupes != convs*perConv {
+		t.Fatalf("duplicate answers: %d, want %d", dupes, convs*perConv)
+	}
+	if n := b.Count(`SELECT count(*) FROM ordo.conversations WHERE head_seq <> last_seq OR last_seq <> $1`, perConv); n != 0 {
+		t.Fatalf("%d conversations not caught up at seq %d", n, perConv)
+	}
+}
+
+// A message accepted while the conversation's drain is finishing is sent:
+// either the finish sees it (the ingest holds the row lock the finish waits
+// for) or the ingest sees the drain gone and schedules a new one.
+func TestMessageAtDrainFinishIsNeverStranded(t *testing.T) {
+	t.Parallel()
+	for _, ingestFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ingest_commits_first=%t", ingestFirst), func(t *testing.T) {
+			t.Parallel()
+			b := jobstest.Setup(t, jobstest.Options{NoStart: true})
+			atFinish, release := make(chan struct{}), make(chan struct{})
+			var first atomic.Bool
+			jobs.SetHooks(b.Runner, func(int64) {
+				if first.CompareAndSwap(false, true) {
+					close(atFinish)
+					<-release
+				}
+			}, nil)
+			b.Start()
+			ctx := context.Background()
+			b.Ingest("c1", "m1", "one")
+			<-atFinish // the drain sent m1 and found nothing more
+
+			tx, err := b.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := b.Engine.IngestTx(ctx, tx, engine.NewMessage{Tenant: "acme", ConversationID: "c1", MessageID: "m2", Payload: jobstest.Outbound("c1", "two")}); err != nil {
+				t.Fatal(err)
+			}
+			if ingestFirst {
+				close(release)
+				// The finish now waits on the row lock this transaction holds.
+				b.WaitFor("finish to block on the conversation row", 5*time.Second, func() bool {
+					return b.Count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%SET drain_job_id = NULL%'`) == 1
+				})
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				if err := tx.Rollback(ctx); err != nil {
+					t.Fatal(err)
+				}
+				close(release)
+				b.WaitFor("drain to finish", 5*time.Second, func() bool {
+					return b.Count(`SELECT count(*) FROM ordo.conversations WHERE drain_job_id IS NULL`) == 1
+				})
+				b.Ingest("c1", "m2", "two")
+			}
+			b.WaitFor("m2 to be sent", 10*time.Second, func() bool { return len(b.WhatsApp.Sends()) >= 2 })
+			time.Sleep(100 * time.Millisecond)
+			rep := whatsapptest.Check(b.WhatsApp.Sends(), map[string][]string{"c1": {"one", "two"}})
+			if !rep.OK() {
+				t.Fatalf("provider saw: %s", rep)
+			}
+		})
+	}
+}
+
+// A drain that stalls past its lease after sending, and wakes after another
+// drain took the conversation over, writes nothing: the new owner's record
+// stands and the message is finished once.
+func TestStalledDrainWritesNothingAfterTakeover(t *testing.T) {
+	t.Parallel()
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true, Config: jobs.Config{Lease: 1500 * time.Millisecond, HandlerTimeout: time.Second, SendTimeout: time.Second}})
+	if _, err := b.Pool.Exec(context.Background(), `UPDATE ordo.tenants SET ambiguous = 'resend'`); err != nil {
+		t.Fatal(err)
+	}
+	stalled, wake := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	jobs.SetHooks(b.Runner, nil, func(int64) {
+		if first.CompareAndSwap(false, true) { // the first send's drain stalls
+			close(stalled)
+			<-wake
+		}
+	})
+	b.Start()
+	b.Ingest("c1", "m1", "one")
+	<-stalled
+	b.Ingest("c1", "m2", "two")
+	// The lease runs out, the reconciler re-schedules the conversation, a new
+	// drain takes over, finds m1's outcome unknown, resends it, then sends m2.
+	b.WaitFor("takeover to finish the conversation", 20*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`) == 2
+	})
+	var fence int64
+	var provider string
+	if err := b.Pool.QueryRow(context.Background(), `SELECT c.fence, s.provider_message_id FROM ordo.conversations c, ordo.steps s JOIN ordo.messages m ON m.id = s.message_pk WHERE m.message_id = 'm1'`).Scan(&fence, &provider); err != nil {
+		t.Fatal(err)
+	}
+	close(wake)
+	time.Sleep(500 * time.Millisecond) // the stalled drain tries to record its send
+	sends := b.WhatsApp.Sends()
+	if len(sends) != 3 || sends[0].Text != "one" || sends[1].Text != "one" || sends[2].Text != "two" {
+		t.Fatalf("provider saw %d sends; want one (stalled), one (resent as ambiguous), two", len(sends))
+	}
+	var after string
+	var ambiguous int
+	if err := b.Pool.QueryRow(context.Background(), `SELECT s.provider_message_id, s.ambiguous_count FROM ordo.steps s JOIN ordo.messages m ON m.id = s.message_pk WHERE m.message_id = 'm1'`).Scan(&after, &ambiguous); err != nil {
+		t.Fatal(err)
+	}
+	if after != provider || after != sends[1].WAMID {
+		t.Fatalf("m1's recorded provider id changed from %q to %q after the stalled drain woke (new owner's send was %q)", provider, after, sends[1].WAMID)
+	}
+	if ambiguous != 1 {
+		t.Fatalf("ambiguous_count = %d, want 1 (the resend is counted)", ambiguous)
+	}
+	if n := b.Count(`SELECT count(*) FROM ordo.conversations WHERE head_seq = 2 AND fence = $1`, fence); n != 1 {
+		t.Fatal("the stalled drain moved the conversation after waking")
+	}
+}

@@ -1,0 +1,6 @@
+package jobs
+
+// SetHooks lets tests force interleavings in a runner's drains.
+func SetHooks(r *Runner, beforeFinish func(conv int64), afterEffect func(stepID int64)) {
+	r.drainer.hooks = hooks{beforeFinish: beforeFinish, afterEffect: afterEffect}
+}

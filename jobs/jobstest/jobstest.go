@@ -1,0 +1,182 @@
+// Package jobstest sets up a whole engine for a test: a fresh database, a
+// tenant with a WhatsApp credential, a fake Cloud API, and a River runner
+// draining conversations. Everything is real but the far end.
+package jobstest
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordo-dev/ordo/engine"
+	"github.com/ordo-dev/ordo/jobs"
+	"github.com/ordo-dev/ordo/jobs/whatsapp/whatsapptest"
+	"github.com/ordo-dev/ordo/sql/sqltest"
+	"github.com/ordo-dev/ordo/tenants"
+)
+
+// Options shape a Setup.
+type Options struct {
+	// Config overrides the runner's test defaults field by field.
+	Config jobs.Config
+	// HandlerURL is the tenant's handler; empty for none.
+	HandlerURL string
+	// NoStart leaves the runner stopped (call Bundle.Start), so hooks can be set first.
+	NoStart bool
+}
+
+// Bundle is a running engine.
+type Bundle struct {
+	URL      string
+	Pool     *pgxpool.Pool
+	Vault    *tenants.Vault
+	Tenants  *tenants.Store
+	Engine   *engine.Engine
+	Runner   *jobs.Runner
+	WhatsApp *whatsapptest.Server
+	Tenant   tenants.Tenant
+	APIKey   string
+	Secret   string // the tenant's handler secret
+	Logger   *slog.Logger
+	t        testing.TB
+}
+
+// PhoneNumberID and AccessToken are the test tenant's WhatsApp credential.
+const (
+	PhoneNumberID = "1000001"
+	AccessToken   = "EAAG-test-token-never-logged"
+)
+
+// Setup builds and (unless NoStart) starts an engine for t.
+func Setup(t testing.TB, o Options) *Bundle {
+	t.Helper()
+	ctx := context.Background()
+	url := sqltest.URL(t)
+	pool, err := pgxpool.New(ctx, url+"&pool_max_conns=40")
+	if err != nil {
+		t.Fatalf("pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	key, err := tenants.GenerateMasterKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vault, err := tenants.NewVault(pool, []tenants.MasterKey{key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := tenants.NewStore(pool, vault)
+	wa := whatsapptest.NewServer()
+	t.Cleanup(wa.Close)
+
+	created, err := store.Create(ctx, tenants.CreateParams{Slug: "acme", Name: "Acme", HandlerURL: o.HandlerURL})
+	if err != nil {
+		t.Fatalf("create tenant: %v", err)
+	}
+	cred, _ := json.Marshal(map[string]string{"phone_number_id": PhoneNumberID, "access_token": AccessToken, "app_secret": "app-secret-x", "verify_token": "verify-x"})
+	if err := vault.Put(ctx, pool, created.Tenant.ID, "whatsapp", cred); err != nil {
+		t.Fatalf("store credential: %v", err)
+	}
+
+	level := slog.LevelError
+	if os.Getenv("ORDO_TEST_LOG") != "" {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	cfg := withTestDefaults(o.Config, wa.URL())
+	runner, err := jobs.NewRunner(pool, cfg, store, vault, logger)
+	if err != nil {
+		t.Fatalf("runner: %v", err)
+	}
+	b := &Bundle{
+		URL: url, Pool: pool, Vault: vault, Tenants: store, Engine: engine.New(pool, logger), Runner: runner,
+		WhatsApp: wa, Tenant: created.Tenant, APIKey: created.APIKey, Secret: created.HandlerSecret, Logger: logger, t: t,
+	}
+	if !o.NoStart {
+		b.Start()
+	}
+	return b
+}
+
+// withTestDefaults shortens the runner's clocks so failures and takeovers
+// happen in test time.
+func withTestDefaults(c jobs.Config, waURL string) jobs.Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Workers == 0 {
+		c.Workers = 20
+	}
+	def(&c.HandlerTimeout, 2*time.Second)
+	def(&c.SendTimeout, 2*time.Second)
+	def(&c.Lease, 4*time.Second)
+	def(&c.RetryBase, 20*time.Millisecond)
+	def(&c.RetryMax, 200*time.Millisecond)
+	def(&c.LockBusyDelay, 100*time.Millisecond)
+	def(&c.ReconcileInterval, 200*time.Millisecond)
+	def(&c.StrandedAfter, time.Second)
+	def(&c.FetchPollInterval, 50*time.Millisecond)
+	def(&c.ReconcileWait, 300*time.Millisecond)
+	c.WhatsAppAPIURL = waURL
+	return c
+}
+
+// Start starts the runner; it is stopped when the test ends.
+func (b *Bundle) Start() {
+	b.t.Helper()
+	if err := b.Runner.Start(context.Background()); err != nil {
+		b.t.Fatalf("start runner: %v", err)
+	}
+	b.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = b.Runner.Stop(ctx)
+	})
+}
+
+// Outbound is a text message payload to conversation to.
+func Outbound(to, text string) json.RawMessage {
+	p, _ := json.Marshal(map[string]any{"to": to, "type": "text", "text": map[string]string{"body": text}})
+	return p
+}
+
+// Ingest accepts an outbound text message or fails the test.
+func (b *Bundle) Ingest(conv, messageID, text string) engine.Accepted {
+	b.t.Helper()
+	a, err := b.Engine.Ingest(context.Background(), engine.NewMessage{
+		Tenant: b.Tenant.Slug, ConversationID: conv, MessageID: messageID, Payload: Outbound(conv, text),
+	})
+	if err != nil {
+		b.t.Fatalf("ingest %s: %v", messageID, err)
+	}
+	return a
+}
+
+// WaitFor polls cond until it holds or the deadline passes.
+func (b *Bundle) WaitFor(what string, timeout time.Duration, cond func() bool) {
+	b.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Count runs a count query.
+func (b *Bundle) Count(query string, args ...any) int {
+	b.t.Helper()
+	var n int
+	if err := b.Pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		b.t.Fatalf("count %q: %v", query, err)
+	}
+	return n
+}
