@@ -2,9 +2,203 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordo-dev/ordo/jobs"
+	ordosql "github.com/ordo-dev/ordo/sql"
+	"github.com/ordo-dev/ordo/sql/pgcluster"
+	"github.com/ordo-dev/ordo/tenants"
+	"github.com/ordo-dev/ordo/web"
 )
 
+// devDir holds what ordo dev makes for itself: the Postgres cluster, the
+// master key, the admin password and the demo tenant's key.
+const devDir = ".ordo"
+
+// demoState is the demo tenant's key, kept in .ordo/ so a second `ordo dev`
+// can print it again (a real tenant's key is shown once only).
+type demoState struct {
+	Tenant string `json:"tenant"`
+	APIKey string `json:"api_key"`
+}
+
+// runDev is `ordo dev`: everything on one machine, for a first try.
 func runDev(ctx context.Context, env *environment, args []string) error {
-	return errors.New("not built yet")
+	fs := newFlagSet(env, "dev")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	dir, err := filepath.Abs(devDir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+
+	databaseURL := env.databaseURL
+	if databaseURL == "" {
+		fmt.Fprintf(env.stderr, "starting a private PostgreSQL cluster in %s/pg …\n", dir)
+		cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg"), Logger: env.logger})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			fmt.Fprintln(env.stderr, "stopping the private PostgreSQL cluster (its data stays for the next `make dev`)")
+			_ = cluster.Stop(context.WithoutCancel(ctx))
+		}()
+		if err := cluster.CreateDatabase(ctx, "ordo"); err != nil {
+			return err
+		}
+		databaseURL = cluster.URL("ordo")
+	}
+	if err := ordosql.Up(databaseURL); err != nil {
+		return err
+	}
+
+	keysText := env.masterKeys
+	if keysText == "" {
+		if keysText, err = devSecret(filepath.Join(dir, "master.key"), func() (string, error) {
+			k, err := tenants.GenerateMasterKey()
+			return k.Format(), err
+		}); err != nil {
+			return err
+		}
+	}
+	keys, err := tenants.ParseMasterKeys(strings.TrimSpace(keysText))
+	if err != nil {
+		return fmt.Errorf("master key: %w", err)
+	}
+	adminPassword := env.adminPassword
+	if adminPassword == "" {
+		if adminPassword, err = devSecret(filepath.Join(dir, "admin-password"), randomHex); err != nil {
+			return err
+		}
+	}
+
+	// The sandbox channel answers on this server unless a Cloud API URL is given.
+	_, port, err := net.SplitHostPort(env.addr)
+	if err != nil {
+		return fmt.Errorf("ORDO_ADDR %q: %w", env.addr, err)
+	}
+	base := "http://127.0.0.1:" + port
+	waURL := env.whatsappAPIURL
+	if waURL == "" {
+		waURL = base + "/sandbox/v23.0"
+	}
+
+	demo, err := ensureDemoTenant(ctx, databaseURL, keys, filepath.Join(dir, "demo.json"))
+	if err != nil {
+		return err
+	}
+	cfg := serverConfig{
+		role: "all", databaseURL: databaseURL, addr: env.addr, keys: keys,
+		jobs: jobs.Config{Workers: 20, WhatsAppAPIURL: waURL},
+		web:  web.Config{AdminPassword: adminPassword, Sandbox: true},
+		ready: func(string) {
+			fmt.Fprintf(env.stdout, `
+ordo dev is running.
+
+  API          %[1]s/v1   (Authorization: Bearer %[2]s)
+  admin page   %[1]s/admin   (any user name, password %[3]s)
+  health       %[1]s/readyz
+  sandbox      sends go to the built-in WhatsApp stand-in: %[1]s/sandbox/sends
+  database     %[4]s
+
+Try it:
+  curl -s -X POST %[1]s/v1/messages -H 'Authorization: Bearer %[2]s' \
+    -H 'Content-Type: application/json' \
+    -d '{"message_id":"hello-1","conversation_id":"16505551234","type":"text","text":{"body":"Hello from ordo"}}'
+
+Ctrl-C stops it; the data stays in %[5]s for the next start.
+`, base, demo.APIKey, adminPassword, redactURL(databaseURL), dir)
+		},
+	}
+	return serve(ctx, env, cfg)
+}
+
+// ensureDemoTenant creates the demo tenant (sandbox credential, no handler)
+// on first start and returns its key.
+func ensureDemoTenant(ctx context.Context, databaseURL string, keys []tenants.MasterKey, stateFile string) (demoState, error) {
+	var st demoState
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		return st, err
+	}
+	defer pool.Close()
+	vault, err := tenants.NewVault(pool, keys)
+	if err != nil {
+		return st, err
+	}
+	store := tenants.NewStore(pool, vault)
+	if b, err := os.ReadFile(stateFile); err == nil && json.Unmarshal(b, &st) == nil {
+		if _, err := store.Authenticate(ctx, st.APIKey); err == nil {
+			return st, nil
+		}
+	}
+	created, err := store.Create(ctx, tenants.CreateParams{Slug: "demo", Name: "Demo (sandbox)"})
+	if errors.Is(err, tenants.ErrExists) {
+		// The key file was lost: give the demo tenant a new key.
+		key, _, err := store.CreateAPIKey(ctx, "demo")
+		if err != nil {
+			return st, err
+		}
+		st = demoState{Tenant: "demo", APIKey: key}
+	} else if err != nil {
+		return st, fmt.Errorf("create demo tenant: %w", err)
+	} else {
+		st = demoState{Tenant: "demo", APIKey: created.APIKey}
+		secret, _ := randomHex()
+		verify, _ := randomHex()
+		cred, _ := json.Marshal(map[string]string{"phone_number_id": "100000000000001", "access_token": "sandbox-token", "app_secret": secret, "verify_token": verify})
+		if err := vault.Put(ctx, nil, created.Tenant.ID, "whatsapp", cred); err != nil {
+			return st, err
+		}
+	}
+	b, _ := json.Marshal(st)
+	return st, os.WriteFile(stateFile, b, 0o600)
+}
+
+// devSecret reads a secret ordo dev keeps in a file, making it on first use.
+func devSecret(path string, make func() (string, error)) (string, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	v, err := make()
+	if err != nil {
+		return "", err
+	}
+	return v, os.WriteFile(path, []byte(v+"\n"), 0o600)
+}
+
+func randomHex() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// redactURL drops a password from a database URL before it is printed.
+func redactURL(u string) string {
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil || cfg.ConnConfig.Password == "" {
+		return u
+	}
+	return strings.Replace(u, cfg.ConnConfig.Password, "****", 1)
 }

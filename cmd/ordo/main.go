@@ -54,7 +54,7 @@ func readEnvironment() *environment {
 		addr:           envOr("ORDO_ADDR", ":8080"),
 		masterKeys:     os.Getenv("ORDO_MASTER_KEYS"),
 		adminPassword:  os.Getenv("ORDO_ADMIN_PASSWORD"),
-		whatsappAPIURL: envOr("ORDO_WHATSAPP_API_URL", "https://graph.facebook.com/v23.0"),
+		whatsappAPIURL: os.Getenv("ORDO_WHATSAPP_API_URL"), // empty: the Cloud API (serve) or the sandbox (dev)
 		stdout:         os.Stdout,
 		stderr:         os.Stderr,
 		logger:         slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()})),
