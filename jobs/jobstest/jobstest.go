@@ -28,6 +28,9 @@ type Options struct {
 	HandlerURL string
 	// NoStart leaves the runner stopped (call Bundle.Start), so hooks can be set first.
 	NoStart bool
+	// Logger receives the engine's and the workers' logs; nil logs errors
+	// (everything with ORDO_TEST_LOG set) to stderr.
+	Logger *slog.Logger
 }
 
 // Bundle is a running engine.
@@ -83,11 +86,14 @@ func Setup(t testing.TB, o Options) *Bundle {
 		t.Fatalf("store credential: %v", err)
 	}
 
-	level := slog.LevelError
-	if os.Getenv("ORDO_TEST_LOG") != "" {
-		level = slog.LevelDebug
+	logger := o.Logger
+	if logger == nil {
+		level := slog.LevelError
+		if os.Getenv("ORDO_TEST_LOG") != "" {
+			level = slog.LevelDebug
+		}
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	cfg := withTestDefaults(o.Config, wa.URL())
 	runner, err := jobs.NewRunner(pool, cfg, store, vault, logger)
 	if err != nil {
@@ -104,7 +110,8 @@ func Setup(t testing.TB, o Options) *Bundle {
 }
 
 // withTestDefaults shortens the runner's clocks so failures and takeovers
-// happen in test time.
+// happen in test time, and points the workers at the fake Cloud API unless
+// the test names another (ordo's sandbox, say).
 func withTestDefaults(c jobs.Config, waURL string) jobs.Config {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
@@ -124,7 +131,9 @@ func withTestDefaults(c jobs.Config, waURL string) jobs.Config {
 	def(&c.StrandedAfter, time.Second)
 	def(&c.FetchPollInterval, 50*time.Millisecond)
 	def(&c.ReconcileWait, 300*time.Millisecond)
-	c.WhatsAppAPIURL = waURL
+	if c.WhatsAppAPIURL == "" {
+		c.WhatsAppAPIURL = waURL
+	}
 	return c
 }
 
