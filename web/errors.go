@@ -10,7 +10,12 @@ import (
 	"github.com/ordo-dev/ordo/tenants"
 )
 
-const codeMethodNotAllowed engine.Code = "method_not_allowed"
+// Codes only the web layer uses: a route's wrong method, and an admin write
+// without the page's anti-CSRF header.
+const (
+	codeMethodNotAllowed engine.Code = "method_not_allowed"
+	codeForbidden        engine.Code = "forbidden"
+)
 
 // statuses is the one place error codes become HTTP statuses.
 var statuses = map[engine.Code]int{
@@ -24,6 +29,7 @@ var statuses = map[engine.Code]int{
 	engine.CodeUnavailable:  http.StatusServiceUnavailable,
 	engine.CodeInternal:     http.StatusInternalServerError,
 	codeMethodNotAllowed:    http.StatusMethodNotAllowed,
+	codeForbidden:           http.StatusForbidden,
 }
 
 // asEngineError brings the tenants package's errors into the one error type.
