@@ -37,9 +37,19 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	fs := newFlagSet(env, "serve")
 	role := fs.String("role", "all", "all: API and workers; api: HTTP only; worker: River workers only")
 	workers := fs.Int("workers", 50, "conversations this process drains at once")
+	// Zero keeps jobs.Config's default; the chaos run shortens them so that
+	// stalls and crashes are detected within seconds.
+	var jc jobs.Config
+	fs.DurationVar(&jc.Lease, "lease", 0, "how long a stalled drain keeps its conversation (default 30s)")
+	fs.DurationVar(&jc.StrandedAfter, "stranded-after", 0, "when a running drain without its lock is presumed dead (default 10s)")
+	fs.DurationVar(&jc.SendTimeout, "send-timeout", 0, "bound on one WhatsApp send (default 10s)")
+	fs.DurationVar(&jc.HandlerTimeout, "handler-timeout", 0, "bound on one handler call (default 10s)")
+	fs.DurationVar(&jc.ReconcileWait, "reconcile-wait", 0, "how long an ambiguous send waits for a status webhook before a resend (default 30s)")
+	fs.DurationVar(&jc.RetryMax, "retry-max", 0, "longest backoff between a step's attempts (default 5m)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	jc.Workers, jc.WhatsAppAPIURL = *workers, env.whatsappAPIURL
 	if env.databaseURL == "" {
 		return errors.New("DATABASE_URL is not set")
 	}
@@ -49,7 +59,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	}
 	return serve(ctx, env, serverConfig{
 		role: *role, databaseURL: env.databaseURL, addr: env.addr, keys: keys,
-		jobs: jobs.Config{Workers: *workers, WhatsAppAPIURL: env.whatsappAPIURL},
+		jobs: jc,
 		web:  web.Config{AdminPassword: env.adminPassword},
 	})
 }
