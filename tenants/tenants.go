@@ -38,6 +38,18 @@ type Tenant struct {
 	// MaxAttempts is how many attempts a step gets before its message is
 	// dead-lettered, 1..100; 8 by default.
 	MaxAttempts int `json:"max_attempts"`
+	// SendRate is how many WhatsApp sends per second its phone number gets,
+	// paced across every worker process; 80 by default (Meta's default
+	// throughput), 0 for unpaced.
+	SendRate int `json:"send_rate"`
+	// PairGapMS is the minimum gap between two sends to one user, in
+	// milliseconds (Meta's pair rate); 0 (default) is off.
+	PairGapMS int `json:"pair_gap_ms"`
+	// SendingPausedAt is set while the tenant's sending is paused because
+	// Meta refused its credential or account; ResumeSending lifts it.
+	SendingPausedAt *time.Time `json:"sending_paused_at,omitempty"`
+	// SendingPausedReason says why sending is paused.
+	SendingPausedReason string `json:"sending_paused_reason,omitempty"`
 	// CreatedAt is when the tenant was created.
 	CreatedAt time.Time `json:"created_at"`
 }
@@ -93,7 +105,8 @@ const HandlerCredential = "handler"
 const insertTenant = `
 INSERT INTO ordo.tenants (slug, name, handler_url)
 VALUES ($1, $2, NULLIF($3, ''))
-RETURNING id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, created_at`
+RETURNING id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
+       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at`
 
 // Create stores a tenant together with its first API key and a random handler
 // secret, in one transaction: either all three exist afterwards or none.
@@ -157,6 +170,10 @@ type UpdateParams struct {
 	Ambiguous *string
 	// MaxAttempts, if set, is 1..100.
 	MaxAttempts *int
+	// SendRate, if set, is 0 (unpaced)..100000 sends per second.
+	SendRate *int
+	// PairGapMS, if set, is 0 (off)..86400000 milliseconds.
+	PairGapMS *int
 }
 
 func (p UpdateParams) validate() error {
@@ -179,6 +196,12 @@ func (p UpdateParams) validate() error {
 	if p.MaxAttempts != nil && (*p.MaxAttempts < 1 || *p.MaxAttempts > 100) {
 		return invalid("max_attempts", "must be between 1 and 100")
 	}
+	if p.SendRate != nil && (*p.SendRate < 0 || *p.SendRate > 100000) {
+		return invalid("send_rate", "must be between 0 (unpaced) and 100000")
+	}
+	if p.PairGapMS != nil && (*p.PairGapMS < 0 || *p.PairGapMS > 86400000) {
+		return invalid("pair_gap", "must be between 0 (off) and 24h")
+	}
 	return nil
 }
 
@@ -190,9 +213,12 @@ UPDATE ordo.tenants SET
     name           = COALESCE($3::text, name),
     on_dead_letter = COALESCE($4::text, on_dead_letter),
     ambiguous      = COALESCE($5::text, ambiguous),
-    max_attempts   = COALESCE($6::int, max_attempts)
+    max_attempts   = COALESCE($6::int, max_attempts),
+    send_rate      = COALESCE($7::int, send_rate),
+    pair_gap_ms    = COALESCE($8::int, pair_gap_ms)
 WHERE slug = $1
-RETURNING id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, created_at`
+RETURNING id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
+       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at`
 
 // Update changes the settings of the tenant with slug and returns the result.
 func (s *Store) Update(ctx context.Context, slug string, p UpdateParams) (Tenant, error) {
@@ -200,7 +226,7 @@ func (s *Store) Update(ctx context.Context, slug string, p UpdateParams) (Tenant
 		return Tenant{}, err
 	}
 	t, err := scanTenant(s.pool.QueryRow(ctx, updateTenant,
-		slug, p.HandlerURL, p.Name, p.OnDeadLetter, p.Ambiguous, p.MaxAttempts))
+		slug, p.HandlerURL, p.Name, p.OnDeadLetter, p.Ambiguous, p.MaxAttempts, p.SendRate, p.PairGapMS))
 	if err != nil {
 		return Tenant{}, fmt.Errorf("update tenant %q: %w", slug, notFound(err))
 	}
@@ -208,7 +234,8 @@ func (s *Store) Update(ctx context.Context, slug string, p UpdateParams) (Tenant
 }
 
 const selectTenantBySlug = `
-SELECT id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, created_at
+SELECT id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
+       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at
 FROM ordo.tenants WHERE slug = $1`
 
 // BySlug returns the tenant with slug, or ErrNotFound.
@@ -220,8 +247,22 @@ func (s *Store) BySlug(ctx context.Context, slug string) (Tenant, error) {
 	return t, nil
 }
 
+const resumeSending = `SELECT ordo.resume_sending(id) FROM ordo.tenants WHERE slug = $1`
+
+// ResumeSending lifts the sending pause of the tenant with slug (set when
+// Meta refused its credential or account) and wakes its waiting
+// conversations, which go on in order. resumed is false when sending was not
+// paused. ErrNotFound for an unknown slug.
+func (s *Store) ResumeSending(ctx context.Context, slug string) (resumed bool, err error) {
+	if err := s.pool.QueryRow(ctx, resumeSending, slug).Scan(&resumed); err != nil {
+		return false, fmt.Errorf("resume sending of tenant %q: %w", slug, notFound(err))
+	}
+	return resumed, nil
+}
+
 const selectTenantByID = `
-SELECT id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, created_at
+SELECT id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
+       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at
 FROM ordo.tenants WHERE id = $1`
 
 // ByID returns the tenant with id, or ErrNotFound.
@@ -234,7 +275,8 @@ func (s *Store) ByID(ctx context.Context, id int64) (Tenant, error) {
 }
 
 const selectTenants = `
-SELECT id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, created_at
+SELECT id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
+       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at
 FROM ordo.tenants ORDER BY slug`
 
 // List returns every tenant, ordered by slug.
@@ -272,7 +314,8 @@ func (s *Store) HandlerSecret(ctx context.Context, tenantID int64) ([]byte, erro
 
 func scanTenant(row pgx.Row) (Tenant, error) {
 	var t Tenant
-	err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.HandlerURL, &t.OnDeadLetter, &t.Ambiguous, &t.MaxAttempts, &t.CreatedAt)
+	err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.HandlerURL, &t.OnDeadLetter, &t.Ambiguous, &t.MaxAttempts,
+		&t.SendRate, &t.PairGapMS, &t.SendingPausedAt, &t.SendingPausedReason, &t.CreatedAt)
 	return t, err
 }
 

@@ -79,7 +79,7 @@ func TestCreate(t *testing.T) {
 		t.Fatalf("create: %v", err)
 	}
 	want := tenants.Tenant{ID: c.Tenant.ID, Slug: "acme", Name: "Acme Ltd", HandlerURL: "https://n8n.example.com/webhook/ordo",
-		OnDeadLetter: "halt", Ambiguous: "reconcile", MaxAttempts: 8, CreatedAt: c.Tenant.CreatedAt}
+		OnDeadLetter: "halt", Ambiguous: "reconcile", MaxAttempts: 8, SendRate: 80, CreatedAt: c.Tenant.CreatedAt}
 	if c.Tenant != want {
 		t.Errorf("created tenant = %+v, want %+v", c.Tenant, want)
 	}
@@ -210,7 +210,7 @@ func TestUpdate(t *testing.T) {
 		t.Fatalf("update: %v", err)
 	}
 	want := tenants.Tenant{ID: c.Tenant.ID, Slug: "acme", Name: "Acme", HandlerURL: "http://n8n:5678/webhook/acme",
-		OnDeadLetter: "skip", Ambiguous: "resend", MaxAttempts: 3, CreatedAt: c.Tenant.CreatedAt}
+		OnDeadLetter: "skip", Ambiguous: "resend", MaxAttempts: 3, SendRate: 80, CreatedAt: c.Tenant.CreatedAt}
 	if got != want {
 		t.Errorf("updated = %+v, want %+v", got, want)
 	}
