@@ -17,6 +17,9 @@ type Step struct {
 	LastError         string `json:"last_error,omitempty"`
 	ProviderMessageID string `json:"provider_message_id,omitempty"`
 	ProviderStatus    string `json:"provider_status,omitempty"`
+	// AmbiguousCount is how many of the step's sends ended without a
+	// definite answer (the message may have gone out).
+	AmbiguousCount int `json:"ambiguous_count"`
 }
 
 // Message is a message with its steps.
@@ -40,7 +43,8 @@ WHERE m.tenant_id = $1 AND m.message_id = $2`
 
 const stepsQuery = `
 SELECT s.id::text, s.kind, s.status, s.attempts,
-       coalesce(s.errors -> -1 ->> 'error', ''), coalesce(s.provider_message_id, ''), coalesce(s.provider_status, '')
+       coalesce(s.errors -> -1 ->> 'error', ''), coalesce(s.provider_message_id, ''), coalesce(s.provider_status, ''),
+       s.ambiguous_count
 FROM ordo.steps s JOIN ordo.messages m ON m.id = s.message_pk
 WHERE m.tenant_id = $1 AND m.message_id = $2
 ORDER BY s.idx`
@@ -57,7 +61,7 @@ func (e *Engine) Message(ctx context.Context, tenantID int64, messageID string) 
 	rows, _ := e.pool.Query(ctx, stepsQuery, tenantID, messageID)
 	m.Steps, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Step, error) {
 		var s Step
-		err := r.Scan(&s.ID, &s.Kind, &s.Status, &s.Attempts, &s.LastError, &s.ProviderMessageID, &s.ProviderStatus)
+		err := r.Scan(&s.ID, &s.Kind, &s.Status, &s.Attempts, &s.LastError, &s.ProviderMessageID, &s.ProviderStatus, &s.AmbiguousCount)
 		return s, err
 	})
 	if err != nil {
@@ -77,19 +81,25 @@ type MessageSummary struct {
 
 // Conversation is a conversation's position and its recent messages.
 type Conversation struct {
-	ConversationID string           `json:"conversation_id"`
-	Status         string           `json:"status"` // active|halted
-	HeadSeq        int64            `json:"head_seq"`
-	LastSeq        int64            `json:"last_seq"`
-	Messages       []MessageSummary `json:"messages"`
+	ConversationID string `json:"conversation_id"`
+	Status         string `json:"status"` // active|halted
+	HeadSeq        int64  `json:"head_seq"`
+	LastSeq        int64  `json:"last_seq"`
+	// Sending is "paused" while the tenant's sending is paused (Meta refused
+	// its credential or account) and "active" otherwise.
+	Sending string `json:"sending"`
+	// SendingPausedReason says why sending is paused.
+	SendingPausedReason string           `json:"sending_paused_reason,omitempty"`
+	Messages            []MessageSummary `json:"messages"`
 }
 
 // RecentMessages is how many messages a conversation view lists, newest first.
 const RecentMessages = 50
 
 const conversationQuery = `
-SELECT c.id, c.conversation_id, CASE WHEN c.halted_at IS NULL THEN 'active' ELSE 'halted' END, c.head_seq, c.last_seq
-FROM ordo.conversations c
+SELECT c.id, c.conversation_id, CASE WHEN c.halted_at IS NULL THEN 'active' ELSE 'halted' END, c.head_seq, c.last_seq,
+       CASE WHEN t.sending_paused_at IS NULL THEN 'active' ELSE 'paused' END, coalesce(t.sending_paused_reason, '')
+FROM ordo.conversations c JOIN ordo.tenants t ON t.id = c.tenant_id
 WHERE c.tenant_id = $1 AND c.conversation_id = $2`
 
 const recentQuery = `
@@ -104,7 +114,7 @@ func (e *Engine) Conversation(ctx context.Context, tenantID int64, conversationI
 		c  Conversation
 		pk int64
 	)
-	err := e.pool.QueryRow(ctx, conversationQuery, tenantID, conversationID).Scan(&pk, &c.ConversationID, &c.Status, &c.HeadSeq, &c.LastSeq)
+	err := e.pool.QueryRow(ctx, conversationQuery, tenantID, conversationID).Scan(&pk, &c.ConversationID, &c.Status, &c.HeadSeq, &c.LastSeq, &c.Sending, &c.SendingPausedReason)
 	if err != nil {
 		return Conversation{}, translate(err, "read conversation")
 	}
