@@ -130,10 +130,14 @@ func TestStartReusesRunning(t *testing.T) {
 	}
 }
 
-// TestSettings checks the defaults, the Fast switches and extra settings.
-func TestSettings(t *testing.T) {
+// TestFreshCluster starts a cluster in a directory Start has to create,
+// below a temporary directory that (when run as root) the postgres account
+// cannot enter until Start lets it, and checks the settings it runs with and
+// CreateDatabase.
+func TestFreshCluster(t *testing.T) {
 	t.Parallel()
-	c := startFast(t, t.TempDir(), map[string]string{"max_connections": "500", "cluster_name": "it's ordo"})
+	dir := filepath.Join(t.TempDir(), "a", "b", "cluster")
+	c := startFast(t, dir, map[string]string{"max_connections": "500", "cluster_name": "it's ordo"})
 	conn := connect(t, c.URL("postgres"))
 	for name, want := range map[string]string{
 		"max_connections":    "500",
@@ -153,6 +157,15 @@ func TestSettings(t *testing.T) {
 		if got != want {
 			t.Errorf("%s = %q, want %q", name, got, want)
 		}
+	}
+
+	for range 2 { // the second call finds it and does nothing
+		if err := c.CreateDatabase(t.Context(), "Ordo-Dev"); err != nil {
+			t.Fatalf("CreateDatabase: %v", err)
+		}
+	}
+	if got := queryInt(t, c.URL("Ordo-Dev"), "SELECT 7"); got != 7 {
+		t.Errorf("query on the new database = %d", got)
 	}
 }
 
@@ -174,30 +187,6 @@ func TestDurableByDefault(t *testing.T) {
 		if got != "on" {
 			t.Errorf("%s = %s, want on", name, got)
 		}
-	}
-}
-
-func TestCreateDatabase(t *testing.T) {
-	t.Parallel()
-	c := startFast(t, t.TempDir(), nil)
-	for range 2 { // the second call finds it and does nothing
-		if err := c.CreateDatabase(t.Context(), "Ordo-Dev"); err != nil {
-			t.Fatalf("CreateDatabase: %v", err)
-		}
-	}
-	if got := queryInt(t, c.URL("Ordo-Dev"), "SELECT 7"); got != 7 {
-		t.Errorf("query on the new database = %d", got)
-	}
-}
-
-// TestNestedDir starts a cluster in a directory Start has to create, below a
-// temporary directory that (when run as root) the postgres account cannot
-// enter until Start lets it.
-func TestNestedDir(t *testing.T) {
-	t.Parallel()
-	c := startFast(t, filepath.Join(t.TempDir(), "a", "b", "cluster"), nil)
-	if got := queryInt(t, c.URL("postgres"), "SELECT 1"); got != 1 {
-		t.Errorf("SELECT 1 = %d", got)
 	}
 }
 
