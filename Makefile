@@ -1,0 +1,51 @@
+# make targets are ordo's developer interface (see /work/shared/STYLE.md):
+#   make dev     everything on one machine, Postgres included
+#   make test    every package's tests against a throwaway Postgres
+#                (make test ARGS="-run TestX ./engine/..." narrows it)
+#   make bench   the benchmark      (make bench ARGS="--scenario hot")
+#   make chaos   the crash run      (make chaos ARGS="--duration 1m")
+#   make fuzz    every Fuzz target for FUZZTIME each
+#   make lint    gofmt and go vet
+#   make build   bin/ordo
+
+GO       ?= go
+ORDO     ?= $(GO) run ./cmd/ordo
+ARGS     ?=
+FUZZTIME ?= 2m
+
+# TEST is the whole test command; ARGS adds flags and, when it names
+# packages (./…), replaces the default ./... .
+TEST ?= $(GO) test -race -count=1 -timeout 12m $(ARGS) $(if $(filter ./% ../% github.com/%,$(ARGS)),,./...)
+
+.PHONY: dev test bench chaos fuzz lint build
+
+dev:
+	$(ORDO) dev $(ARGS)
+
+test:
+	$(ORDO) testenv -- $(TEST)
+
+bench:
+	$(ORDO) bench $(ARGS)
+
+chaos:
+	$(ORDO) chaos $(ARGS)
+
+# Fuzz targets are found by name in the *_test.go files; each runs for
+# FUZZTIME against its own throwaway Postgres (a target may use sqltest).
+fuzz:
+	@targets=$$(grep -rEo --include='*_test.go' --exclude-dir='.?*' --exclude-dir=bin --exclude-dir=testdata \
+		'^func Fuzz[A-Za-z0-9_]*' . | sed -E 's#^(.*)/[^/]*:func (Fuzz[A-Za-z0-9_]*)$$#\1 \2#' | sort -u); \
+	if [ -z "$$targets" ]; then echo "make fuzz: no Fuzz targets"; exit 0; fi; \
+	echo "$$targets" | while read -r dir name; do \
+		echo "== $$dir $$name ($(FUZZTIME))"; \
+		$(ORDO) testenv -- $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) "$$dir" || exit 1; \
+	done
+
+lint:
+	@unformatted=$$(find . \( -path './.*' -o -path ./bin \) -prune -o -name '*.go' -print0 | xargs -0r gofmt -l); \
+	if [ -n "$$unformatted" ]; then echo "gofmt -l: not formatted:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+build:
+	$(GO) build -o bin/ordo ./cmd/ordo
