@@ -47,6 +47,19 @@ type Config struct {
 	// status webhook before it is sent again (tenant policy reconcile).
 	// Default 30s.
 	ReconcileWait time.Duration
+	// PaceMaxSleep is how long a drain sleeps, holding its conversation, for
+	// a send slot (its phone number's pacing, its user's pair gap); a slot
+	// further out stays reserved and the drain snoozes until it. It must be
+	// below Lease. Default 1s.
+	PaceMaxSleep time.Duration
+	// PausedRecheck is how long the drain of a tenant whose sending is paused
+	// snoozes before looking again; resuming wakes the drains at once, so
+	// this only bounds a resume done behind ordo's back. Default 30s.
+	PausedRecheck time.Duration
+	// PairRateUnit is the second of Meta's advice for pair-rate errors
+	// (131056): retry after 4^X units, X counting the step's consecutive
+	// pair-rate errors from 0. Default 1s.
+	PairRateUnit time.Duration
 	// WhatsAppAPIURL is the Cloud API's base URL. Default https://graph.facebook.com/v23.0.
 	WhatsAppAPIURL string
 }
@@ -75,6 +88,9 @@ func (c Config) WithDefaults() Config {
 	def(&c.StrandedAfter, 10*time.Second)
 	def(&c.FetchPollInterval, 200*time.Millisecond)
 	def(&c.ReconcileWait, 30*time.Second)
+	def(&c.PaceMaxSleep, time.Second)
+	def(&c.PausedRecheck, 30*time.Second)
+	def(&c.PairRateUnit, time.Second)
 	if c.WhatsAppAPIURL == "" {
 		c.WhatsAppAPIURL = "https://graph.facebook.com/v23.0"
 	}
@@ -87,6 +103,9 @@ func (c Config) validate() error {
 	}
 	if c.Lease <= c.HandlerTimeout || c.Lease <= c.SendTimeout {
 		return fmt.Errorf("jobs: Lease (%s) must exceed HandlerTimeout (%s) and SendTimeout (%s)", c.Lease, c.HandlerTimeout, c.SendTimeout)
+	}
+	if c.PaceMaxSleep >= c.Lease {
+		return fmt.Errorf("jobs: PaceMaxSleep (%s) must be below Lease (%s)", c.PaceMaxSleep, c.Lease)
 	}
 	if c.RetryBase <= 0 || c.RetryMax < c.RetryBase {
 		return errors.New("jobs: RetryBase must be positive and RetryMax at least RetryBase")

@@ -56,11 +56,11 @@ func (r *run) callHandler(ctx context.Context, m message) (json.RawMessage, erro
 		Tenant: r.tenant.Slug, ConversationID: r.conversationID, MessageID: m.id, Seq: m.seq, Payload: m.payload,
 	})
 	if err != nil {
-		return nil, &failure{msg: "encode handler request: " + err.Error(), permanent: true}
+		return nil, &failure{msg: "encode handler request: " + err.Error(), action: actDeadLetter}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.tenant.HandlerURL, bytes.NewReader(body))
 	if err != nil {
-		return nil, &failure{msg: "handler_url: " + err.Error(), permanent: true}
+		return nil, &failure{msg: "handler_url: " + err.Error(), action: actDeadLetter}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "ordo")
@@ -79,10 +79,10 @@ func (r *run) callHandler(ctx context.Context, m message) (json.RawMessage, erro
 	case resp.StatusCode >= 500, resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests:
 		return nil, &failure{msg: "handler answered " + strconv.Itoa(resp.StatusCode), retryAfter: retryAfter(resp.Header.Get("Retry-After"))}
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
-		return nil, &failure{msg: "handler answered " + strconv.Itoa(resp.StatusCode), permanent: true}
+		return nil, &failure{msg: "handler answered " + strconv.Itoa(resp.StatusCode), action: actDeadLetter}
 	}
 	if len(answer) > maxHandlerAnswer {
-		return nil, &failure{msg: "handler answer larger than 1 MiB", permanent: true}
+		return nil, &failure{msg: "handler answer larger than 1 MiB", action: actDeadLetter}
 	}
 	return parseReplies(answer)
 }
@@ -97,14 +97,14 @@ func parseReplies(answer []byte) (json.RawMessage, error) {
 		Replies []json.RawMessage `json:"replies"`
 	}
 	if err := json.Unmarshal(answer, &a); err != nil {
-		return nil, &failure{msg: "handler answer is not {\"replies\": [...]}: " + err.Error(), permanent: true}
+		return nil, &failure{msg: "handler answer is not {\"replies\": [...]}: " + err.Error(), action: actDeadLetter}
 	}
 	if len(a.Replies) > MaxReplies {
-		return nil, &failure{msg: fmt.Sprintf("handler answered %d replies; at most %d", len(a.Replies), MaxReplies), permanent: true}
+		return nil, &failure{msg: fmt.Sprintf("handler answered %d replies; at most %d", len(a.Replies), MaxReplies), action: actDeadLetter}
 	}
 	for i, reply := range a.Replies {
 		if t := bytes.TrimSpace(reply); len(t) == 0 || t[0] != '{' {
-			return nil, &failure{msg: fmt.Sprintf("handler reply %d is not a JSON object", i), permanent: true}
+			return nil, &failure{msg: fmt.Sprintf("handler reply %d is not a JSON object", i), action: actDeadLetter}
 		}
 	}
 	if a.Replies == nil {

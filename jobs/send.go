@@ -11,26 +11,76 @@ import (
 	"github.com/ordo-dev/ordo/tenants"
 )
 
+// sendActions is the one place a WhatsApp send failure's class becomes what
+// the step does next (whatsapp.Classify maps Meta's codes to the classes).
+var sendActions = map[whatsapp.Class]action{
+	whatsapp.Retry:     actRetry,      // never reached Meta: send again after backoff
+	whatsapp.Throttled: actThrottle,   // 130429, 4, 80007: back off and slow the whole number
+	whatsapp.PairRate:  actPairRate,   // 131056: this conversation waits 4^X s, the others go on
+	whatsapp.Ambiguous: actAmbiguous,  // 5xx, timeout, 131000, 131016: may have gone out
+	whatsapp.Permanent: actDeadLetter, // 131026, 131047, 100, 131008/9, 132xxx: dead letter
+	whatsapp.Paused:    actPause,      // 190, 0, 10, 2xx, 368, 131031: pause the tenant's sending
+}
+
+// classifySend turns a send error into a step failure. An error that is not
+// the client's (it always returns *whatsapp.SendError) is treated as
+// ambiguous: nothing says the message did not go out.
+func classifySend(err error) *failure {
+	var se *whatsapp.SendError
+	if !errors.As(err, &se) {
+		return &failure{msg: err.Error(), action: actAmbiguous, class: whatsapp.Ambiguous.String()}
+	}
+	a, ok := sendActions[se.Class]
+	if !ok {
+		a = actAmbiguous
+	}
+	return &failure{msg: se.Error(), action: a, class: se.Class.String(), retryAfter: se.RetryAfter}
+}
+
+// prepareSend readies a send step: the tenant's WhatsApp credential, then a
+// slot in the pacing. ok false means not now, and out says when to look
+// again (a tenant without a usable credential has its sending paused: every
+// send would fail the same way until an operator fixes it).
+func (r *run) prepareSend(ctx context.Context) (out outcome, ok bool, err error) {
+	if r.cred == nil {
+		cred, problem, err := r.loadCredential(ctx)
+		if err != nil {
+			return outcome{}, false, err
+		}
+		if problem != "" {
+			out, err := r.pauseSending(ctx, nil, problem, nil)
+			return out, false, err
+		}
+		r.cred = &cred
+	}
+	return r.pace(ctx)
+}
+
+// loadCredential reads the tenant's whatsapp credential; problem says why it
+// cannot send with it.
+func (r *run) loadCredential(ctx context.Context) (cred whatsapp.Credential, problem string, err error) {
+	raw, err := r.d.vault.Get(ctx, r.tenant.ID, "whatsapp")
+	if errors.Is(err, tenants.ErrNotFound) {
+		return cred, "tenant has no whatsapp credential", nil
+	}
+	if err != nil {
+		return cred, "", fmt.Errorf("load whatsapp credential: %w", err)
+	}
+	if err := json.Unmarshal(raw, &cred); err != nil {
+		return cred, "tenant's whatsapp credential is not a JSON object", nil
+	}
+	if err := cred.Validate(); err != nil {
+		return cred, err.Error(), nil
+	}
+	return cred, "", nil
+}
+
 // send delivers a send step through the WhatsApp Cloud API with the tenant's
 // credential, tagging it with the step id so status webhooks map back.
 func (r *run) send(ctx context.Context, st *step) (string, error) {
-	if r.cred == nil {
-		raw, err := r.d.vault.Get(ctx, r.tenant.ID, "whatsapp")
-		if errors.Is(err, tenants.ErrNotFound) {
-			return "", &failure{msg: "tenant has no whatsapp credential", permanent: true}
-		}
-		if err != nil {
-			return "", fmt.Errorf("load whatsapp credential: %w", err)
-		}
-		var c whatsapp.Credential
-		if err := json.Unmarshal(raw, &c); err != nil || c.Validate() != nil {
-			return "", &failure{msg: "tenant's whatsapp credential is incomplete", permanent: true}
-		}
-		r.cred = &c
-	}
 	msg, err := withRecipient(st.request, r.conversationID)
 	if err != nil {
-		return "", &failure{msg: err.Error(), permanent: true}
+		return "", &failure{msg: err.Error(), action: actDeadLetter}
 	}
 	res, err := r.d.wa.Send(ctx, *r.cred, msg, strconv.FormatInt(st.id, 10))
 	if err != nil {
@@ -50,20 +100,4 @@ func withRecipient(request json.RawMessage, conversationID string) (json.RawMess
 	}
 	fields["to"], _ = json.Marshal(conversationID)
 	return json.Marshal(fields)
-}
-
-// classifySend maps the channel's error classes onto what a step does next.
-func classifySend(err error) error {
-	var se *whatsapp.SendError
-	if !errors.As(err, &se) {
-		return &failure{msg: err.Error(), ambiguous: true}
-	}
-	f := &failure{msg: se.Error(), retryAfter: se.RetryAfter}
-	switch se.Class {
-	case whatsapp.Permanent:
-		f.permanent = true
-	case whatsapp.Ambiguous:
-		f.ambiguous = true
-	}
-	return f
 }

@@ -49,20 +49,20 @@ type step struct {
 	status         string
 	request        json.RawMessage
 	attempts       int
-	startedAt      *time.Time
+	sinceStart     *time.Duration // since the last attempt started, by the database's clock
 	providerStatus *string
 	providerID     *string
 }
 
 const stepsQuery = `
-SELECT id, idx, kind, status, request, attempts, started_at, provider_status, provider_message_id
+SELECT id, idx, kind, status, request, attempts, clock_timestamp() - started_at, provider_status, provider_message_id
 FROM ordo.steps WHERE message_pk = $1 ORDER BY idx`
 
 func (r *run) loadSteps(ctx context.Context, m message) ([]step, error) {
 	rows, _ := r.s.conn.Query(ctx, stepsQuery, m.pk)
 	steps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (step, error) {
 		var st step
-		err := row.Scan(&st.id, &st.idx, &st.kind, &st.status, &st.request, &st.attempts, &st.startedAt, &st.providerStatus, &st.providerID)
+		err := row.Scan(&st.id, &st.idx, &st.kind, &st.status, &st.request, &st.attempts, &st.sinceStart, &st.providerStatus, &st.providerID)
 		return st, err
 	})
 	if err != nil {
@@ -105,15 +105,37 @@ func (r *run) message(ctx context.Context, m message) (outcome, error) {
 	return outcome{kind: outcomeDone}, nil
 }
 
-// failure is a step attempt's error, classified.
+// action is what a failed step attempt leads to.
+type action int
+
+const (
+	actRetry      action = iota // retry after backoff (a provider's Retry-After wins)
+	actThrottle                 // retry after backoff and slow the whole phone number as long
+	actPairRate                 // retry this conversation after 4^X PairRateUnit; others go on
+	actAmbiguous                // the effect may have happened: settle before any resend
+	actDeadLetter               // permanent: dead-letter now
+	actPause                    // the tenant's credential or account is bad: pause its sending
+)
+
+// failure is a step attempt's error and what it leads to.
 type failure struct {
 	msg        string
-	permanent  bool // dead-letter now
-	ambiguous  bool // the effect may have happened (a send that may have gone out)
+	action     action
+	class      string // the channel's name for the failure (whatsapp.Class), if any
 	retryAfter time.Duration
 }
 
 func (f *failure) Error() string { return f.msg }
+
+// errorEntry is one element of a step's error history.
+func errorEntry(attempt int, msg, class string) []byte {
+	e := map[string]any{"attempt": attempt, "at": time.Now().UTC().Format(time.RFC3339Nano), "error": msg}
+	if class != "" {
+		e["class"] = class
+	}
+	entry, _ := json.Marshal([]map[string]any{e})
+	return entry
+}
 
 const startStep = `
 INSERT INTO ordo.steps AS s (message_pk, idx, kind, request, status, attempts, started_at)
@@ -124,7 +146,7 @@ RETURNING s.id, s.attempts`
 const markMessageRunning = `UPDATE ordo.messages SET status = 'running' WHERE id = $1 AND status = 'queued'`
 
 const markUnknown = `
-UPDATE ordo.steps SET status = 'unknown', ambiguous_count = ambiguous_count + 1
+UPDATE ordo.steps SET status = 'unknown', ambiguous_count = ambiguous_count + 1, errors = errors || $2::jsonb
 WHERE id = $1 AND status = 'running'`
 
 const stepDone = `
@@ -140,12 +162,18 @@ INSERT INTO ordo.steps (message_pk, idx, kind, request)
 SELECT $1, r.ord, 'send', r.reply FROM jsonb_array_elements($2::jsonb) WITH ORDINALITY AS r(reply, ord)
 ON CONFLICT (message_pk, idx) DO NOTHING`
 
-// step runs one attempt of st, after settling an earlier attempt whose outcome
-// was never recorded.
+// step runs one attempt of st, after settling an earlier send attempt whose
+// outcome is unknown, and once the send may go (credential, pacing, pause).
 func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome, error) {
-	if st.kind == "send" && (st.status == "running" || st.status == "unknown") {
-		out, settled, err := r.settleAmbiguous(ctx, m, st, last)
-		if err != nil || settled {
+	if st.kind == "send" {
+		if st.status == "running" || st.status == "unknown" {
+			out, settled, err := r.settleAmbiguous(ctx, m, st, last)
+			if err != nil || settled {
+				return out, err
+			}
+		}
+		out, ok, err := r.prepareSend(ctx)
+		if err != nil || !ok {
 			return out, err
 		}
 	}
@@ -200,15 +228,20 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 	return outcome{kind: outcomeDone}, nil
 }
 
-// settleAmbiguous deals with a send whose earlier attempt never recorded its
-// outcome (the worker died or timed out after the request may have left).
-// Meta has no idempotency key, so: if a status webhook showed the message
-// went out, it is done; under the tenant's reconcile policy, wait a bounded
-// time for one; then resend. settled is false when the caller should resend.
+// settleAmbiguous deals with a send whose last attempt has no known outcome:
+// it failed ambiguously (5xx, timeout, dropped connection, 131000, 131016),
+// or its worker stopped before recording it. Meta has no idempotency key, so
+// a status webhook carrying the step's id (biz_opaque_callback_data) is the
+// only proof it went out: with one the step is done without a resend. Under
+// the tenant's reconcile policy the drain waits up to ReconcileWait from the
+// attempt's start for one; under resend it does not wait. Then it resends,
+// unless the step is out of attempts, which dead-letters it. settled is false
+// when the caller should resend.
 func (r *run) settleAmbiguous(ctx context.Context, m message, st *step, last bool) (out outcome, settled bool, err error) {
 	if st.status == "running" {
+		entry := errorEntry(st.attempts, "outcome unknown: the drain stopped before the send's answer was recorded", "ambiguous")
 		b := &pgx.Batch{}
-		b.Queue(markUnknown, st.id)
+		b.Queue(markUnknown, st.id, entry)
 		if err := r.s.write(ctx, b); err != nil {
 			return outcome{}, true, err
 		}
@@ -226,19 +259,37 @@ func (r *run) settleAmbiguous(ctx context.Context, m message, st *step, last boo
 			return outcome{}, true, err
 		}
 		st.status = "done"
+		r.log.InfoContext(ctx, "ambiguous send settled by a status webhook; not resent", slog.Int64("step_id", st.id), slog.Int64("seq", m.seq))
 		return outcome{kind: outcomeDone}, true, nil
 	}
-	if r.tenant.Ambiguous == "reconcile" && st.startedAt != nil {
-		if wait := time.Until(st.startedAt.Add(r.d.cfg.ReconcileWait)); wait > 0 {
+	if r.tenant.Ambiguous == "reconcile" && st.sinceStart != nil {
+		if wait := r.d.cfg.ReconcileWait - *st.sinceStart; wait > 0 {
+			// Look again within a second: the status webhook updates the
+			// step, not the drain.
 			return outcome{kind: outcomeWait, delay: min(wait, time.Second)}, true, nil
 		}
 	}
+	if st.attempts >= r.tenant.MaxAttempts {
+		reason := "attempts exhausted (" + strconv.Itoa(st.attempts) + "): the last send's outcome is unknown"
+		out, err := r.deadLetter(ctx, m, st, reason, nil)
+		return out, true, err
+	}
+	r.log.InfoContext(ctx, "resending a send whose outcome is unknown", slog.Int64("step_id", st.id),
+		slog.Int64("seq", m.seq), slog.String("policy", r.tenant.Ambiguous))
 	return outcome{}, false, nil
 }
 
-const recordFailure = `UPDATE ordo.steps SET status = $2, errors = errors || $3::jsonb WHERE id = $1`
-
-const countAmbiguous = `UPDATE ordo.steps SET ambiguous_count = ambiguous_count + 1 WHERE id = $1`
+// recordFailure puts a failed step back for a retry ($2: pending, or unknown
+// when it may have gone out, which counts as an ambiguous send) and keeps
+// the run of consecutive pair-rate errors ($4) that spaces 131056 retries.
+const recordFailure = `
+UPDATE ordo.steps SET
+    status           = $2,
+    errors           = errors || $3::jsonb,
+    ambiguous_count  = ambiguous_count + CASE WHEN $2 = 'unknown' THEN 1 ELSE 0 END,
+    pair_rate_errors = CASE WHEN $4 THEN pair_rate_errors + 1 ELSE 0 END
+WHERE id = $1
+RETURNING pair_rate_errors`
 
 const killStep = `UPDATE ordo.steps SET status = 'failed', errors = errors || $2::jsonb, finished_at = now() WHERE id = $1`
 
@@ -250,34 +301,52 @@ SELECT $1, $2, s.id, $4, s.errors FROM ordo.steps s WHERE s.id = $3`
 
 const haltConversation = `UPDATE ordo.conversations SET halted_at = now(), drain_job_id = NULL WHERE id = $1`
 
-// failed records a failed attempt: retried later with backoff while the head
-// stays, or — permanent, or out of attempts — dead-lettered.
+// failed records a failed attempt and does what its action says: retry
+// later while the head stays (slowing the number, or spacing pair-rate
+// retries), leave an ambiguous send for settleAmbiguous, pause the tenant's
+// sending, or — permanent, or out of attempts — dead-letter the message.
 func (r *run) failed(ctx context.Context, m message, st *step, f *failure) (outcome, error) {
-	entry, _ := json.Marshal([]map[string]any{{
-		"attempt": st.attempts, "at": time.Now().UTC().Format(time.RFC3339Nano), "error": f.msg,
-	}})
-	log := r.log.With(slog.String("message_id", m.id), slog.Int64("seq", m.seq), slog.Int64("step_id", st.id),
-		slog.String("kind", st.kind), slog.Int("attempt", st.attempts), slog.String("error", f.msg))
-
-	if !f.permanent && st.attempts < r.tenant.MaxAttempts {
-		status := "pending"
-		b := &pgx.Batch{}
-		if f.ambiguous {
-			status = "unknown"
-			b.Queue(countAmbiguous, st.id)
-		}
-		b.Queue(recordFailure, st.id, status, entry)
-		if err := r.s.write(ctx, b); err != nil {
-			return outcome{}, err
-		}
-		delay := r.d.backoff(st.attempts, f.retryAfter)
-		log.InfoContext(ctx, "step failed; will retry", slog.Duration("delay", delay))
-		return outcome{kind: outcomeWait, delay: delay}, nil
+	entry := errorEntry(st.attempts, f.msg, f.class)
+	switch {
+	case f.action == actPause:
+		return r.pauseSending(ctx, st, f.msg, entry)
+	case f.action == actDeadLetter:
+		return r.deadLetter(ctx, m, st, f.msg, entry)
+	case f.action != actAmbiguous && st.attempts >= r.tenant.MaxAttempts:
+		// An ambiguous send is settled first (it may have gone out).
+		return r.deadLetter(ctx, m, st, "attempts exhausted ("+strconv.Itoa(st.attempts)+"): "+f.msg, entry)
 	}
 
-	reason := f.msg
-	if !f.permanent {
-		reason = "attempts exhausted (" + strconv.Itoa(st.attempts) + "): " + f.msg
+	status, delay := "pending", r.d.backoff(st.attempts, f.retryAfter)
+	b := &pgx.Batch{}
+	if f.action == actAmbiguous {
+		status = "unknown"
+	}
+	var pairErrors int
+	b.Queue(recordFailure, st.id, status, entry, f.action == actPairRate).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&pairErrors)
+	})
+	if f.action == actThrottle && r.cred != nil {
+		b.Queue(slowNumber, r.cred.PhoneNumberID, delay)
+	}
+	if err := r.s.write(ctx, b); err != nil {
+		return outcome{}, err
+	}
+	if f.action == actPairRate {
+		delay = pairRateDelay(pairErrors, r.d.cfg.PairRateUnit)
+	}
+	r.log.InfoContext(ctx, "step failed; will retry", slog.String("message_id", m.id), slog.Int64("seq", m.seq),
+		slog.Int64("step_id", st.id), slog.String("kind", st.kind), slog.Int("attempt", st.attempts),
+		slog.String("error", f.msg), slog.Duration("delay", delay))
+	return outcome{kind: outcomeWait, delay: delay}, nil
+}
+
+// deadLetter kills st and its message, records the dead letter with the
+// step's error history (plus entry, if any), and halts or skips on per the
+// tenant's policy.
+func (r *run) deadLetter(ctx context.Context, m message, st *step, reason string, entry []byte) (outcome, error) {
+	if entry == nil {
+		entry = []byte("[]")
 	}
 	b := &pgx.Batch{}
 	b.Queue(killStep, st.id, entry)
@@ -292,11 +361,53 @@ func (r *run) failed(ctx context.Context, m message, st *step, f *failure) (outc
 	if err := r.s.write(ctx, b); err != nil {
 		return outcome{}, err
 	}
-	log.WarnContext(ctx, "message dead-lettered", slog.String("reason", reason), slog.Bool("halted", halt))
+	r.log.WarnContext(ctx, "message dead-lettered", slog.String("message_id", m.id), slog.Int64("seq", m.seq),
+		slog.Int64("step_id", st.id), slog.String("kind", st.kind), slog.Int("attempt", st.attempts),
+		slog.String("reason", reason), slog.Bool("halted", halt))
 	if halt {
 		return outcome{kind: outcomeHalted}, nil
 	}
 	return outcome{kind: outcomeDone}, nil
+}
+
+// unstartStep gives back the attempt a send that never reached a working
+// account took: a paused tenant's sends must not run out of attempts.
+const unstartStep = `
+UPDATE ordo.steps SET status = 'pending', attempts = greatest(attempts - 1, 0), errors = errors || $2::jsonb
+WHERE id = $1`
+
+// pauseTenant pauses the tenant's sending once; the count says whether this
+// call did (so one drain logs it, not every drain of the tenant).
+const pauseTenant = `
+WITH p AS (
+    UPDATE ordo.tenants SET sending_paused_at = now(), sending_paused_reason = $2
+    WHERE id = $1 AND sending_paused_at IS NULL
+    RETURNING 1)
+SELECT count(*) FROM p`
+
+// pauseSending pauses the tenant's sending: Meta refused its credential or
+// account (or it has none), so every send of the tenant would fail alike.
+// Nothing is dead-lettered and st (if any) keeps its attempts; the tenant's
+// conversations wait (ordo.reserve_send answers "paused") until an operator
+// resumes sending, which wakes them.
+func (r *run) pauseSending(ctx context.Context, st *step, reason string, entry []byte) (outcome, error) {
+	b := &pgx.Batch{}
+	if st != nil {
+		b.Queue(unstartStep, st.id, entry)
+	}
+	var paused int
+	b.Queue(pauseTenant, r.tenant.ID, reason).QueryRow(func(row pgx.Row) error { return row.Scan(&paused) })
+	if err := r.s.write(ctx, b); err != nil {
+		return outcome{}, err
+	}
+	if st != nil {
+		st.status = "pending"
+	}
+	if paused == 1 {
+		r.log.WarnContext(ctx, "tenant's sending paused: its conversations wait until an operator runs `ordo tenant resume`",
+			slog.String("tenant", r.tenant.Slug), slog.String("reason", reason))
+	}
+	return outcome{kind: outcomeWait, delay: r.d.cfg.PausedRecheck}, nil
 }
 
 // backoff is exponential with jitter; a provider's Retry-After wins.

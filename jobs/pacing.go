@@ -1,0 +1,98 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Pacing keeps a tenant's sends inside Meta's limits across every worker
+// process, with Postgres as the only shared state (ordo.reserve_send):
+//
+//   - throughput per phone number: ordo.send_pacing holds the number's next
+//     free send slot; one atomic upsert hands out a slot and moves it on by
+//     1/send_rate. A drain sleeps until its slot when it is near
+//     (PaceMaxSleep) and otherwise keeps the slot on its conversation and
+//     snoozes until then, so it never polls and never loses its place;
+//   - pair rate: a conversation is one user, so the minimum gap between two
+//     sends to a user is the conversation's pair_ready_at, waited for before
+//     a number slot is taken (a user's gap never holds up the number);
+//   - a throttled number (Meta's 130429, 4, 80007) gets its next slot pushed
+//     out by the retry delay, slots already handed out inside that window are
+//     given up, so every conversation of the number slows down (slowNumber);
+//   - a paused tenant's drains do not send at all.
+
+const reserveSend = `SELECT verdict, wait FROM ordo.reserve_send($1, $2, $3, $4, $5)`
+
+// pace waits until the conversation may send. ok false means not now: the
+// drain ends its run with out (snooze until the slot, or until the tenant's
+// paused sending is looked at again).
+func (r *run) pace(ctx context.Context) (out outcome, ok bool, err error) {
+	for {
+		var (
+			verdict string
+			wait    *time.Duration
+		)
+		err := r.s.conn.QueryRow(ctx, reserveSend, r.tenant.ID, r.s.conv, r.s.fence, r.cred.PhoneNumberID, r.d.cfg.PaceMaxSleep).Scan(&verdict, &wait)
+		if err != nil {
+			return outcome{}, false, r.s.fail(fmt.Errorf("reserve send slot: %w", err))
+		}
+		var d time.Duration
+		if wait != nil {
+			d = *wait
+		}
+		switch verdict {
+		case "paused":
+			return outcome{kind: outcomeWait, delay: r.d.cfg.PausedRecheck}, false, nil
+		case "go":
+			return outcome{}, true, sleep(ctx, d)
+		default: // "wait": the pair gap, or a slot too far out to sleep for
+			if d > r.d.cfg.PaceMaxSleep {
+				return outcome{kind: outcomeWait, delay: d}, false, nil
+			}
+			if err := sleep(ctx, d); err != nil {
+				return outcome{}, false, err
+			}
+		}
+	}
+}
+
+// slowNumber pushes the phone number's next slot (and with it every
+// conversation of the number) out by $2 after Meta said it is over its
+// limits; slots handed out earlier that fall inside the window are
+// re-reserved (ordo.reserve_send compares them with throttled_until).
+const slowNumber = `
+INSERT INTO ordo.send_pacing AS p (phone_number_id, next_slot, throttled_until)
+VALUES ($1, clock_timestamp() + $2::interval, clock_timestamp() + $2::interval)
+ON CONFLICT (phone_number_id) DO UPDATE SET
+    next_slot       = greatest(p.next_slot, excluded.next_slot),
+    throttled_until = greatest(p.throttled_until, excluded.throttled_until)`
+
+// pairRateDelay is Meta's advice for 131056: retry after 4^X seconds, X
+// counting from 0 over the step's consecutive pair-rate errors; unit stands
+// for the second so tests can run the schedule fast. Capped at an hour.
+func pairRateDelay(consecutive int, unit time.Duration) time.Duration {
+	d := unit
+	for i := 1; i < consecutive; i++ {
+		d *= 4
+		if d >= time.Hour {
+			return time.Hour
+		}
+	}
+	return min(d, time.Hour)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
