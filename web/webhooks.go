@@ -1,6 +1,288 @@
 package web
 
-import "github.com/gorilla/mux"
+// Meta's WhatsApp webhooks: GET /webhooks/whatsapp/{tenant} answers the
+// subscription handshake, POST delivers messages and statuses. There is no
+// API key: the tenant is the path's slug, and a POST is authenticated by
+// X-Hub-Signature-256, the HMAC-SHA256 of the raw body under the app_secret
+// of the tenant's whatsapp credential, checked before the body is parsed.
+//
+// Meta redelivers anything not answered 200 (for up to 7 days) and sends
+// duplicates anyway, so a POST is all or nothing: every message and status
+// of the request is written in one transaction and 200 means it committed.
+// A repeat delivery dedupes on the messages' UNIQUE (tenant, message_id).
+//
+// Answers: 200 committed; 400 malformed body, or a phone_number_id that is
+// not the tenant's number (its messages would be answered from the wrong
+// number; nothing of the request is stored); 401 bad or missing signature;
+// 403 failed handshake; 404 unknown tenant, or one without a whatsapp
+// credential; 413 body over Config.MaxWebhookBytes.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gorilla/mux"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ordo-dev/ordo/engine"
+	"github.com/ordo-dev/ordo/jobs/whatsapp"
+	"github.com/ordo-dev/ordo/tenants"
+)
+
+// signatureHeader carries Meta's HMAC of a webhook body.
+const signatureHeader = "X-Hub-Signature-256"
+
+// webhookTxAttempts bounds how often a webhook's transaction is retried when
+// Postgres aborted it to break a deadlock with a concurrent delivery.
+const webhookTxAttempts = 3
 
 // routeWebhooks mounts Meta's webhooks (GET handshake, POST events).
-func (s *Server) routeWebhooks(r *mux.Router) {}
+func (s *Server) routeWebhooks(r *mux.Router) {
+	r.HandleFunc("/webhooks/whatsapp/{tenant}", s.whatsappHandshake).Methods(http.MethodGet)
+	r.HandleFunc("/webhooks/whatsapp/{tenant}", s.whatsappEvents).Methods(http.MethodPost)
+}
+
+// whatsappChannel returns the tenant of the path and its whatsapp credential.
+func (s *Server) whatsappChannel(w http.ResponseWriter, r *http.Request) (tenants.Tenant, whatsapp.Credential, error) {
+	slug := mux.Vars(r)["tenant"]
+	t, err := s.tenants.BySlug(r.Context(), slug)
+	if errors.Is(err, tenants.ErrNotFound) {
+		return t, whatsapp.Credential{}, engine.Errorf(engine.CodeNotFound, "tenant: not found")
+	}
+	if err != nil {
+		return t, whatsapp.Credential{}, err
+	}
+	if sw, ok := w.(*statusWriter); ok {
+		sw.tenant = t.Slug
+	}
+	raw, err := s.vault.Get(r.Context(), t.ID, "whatsapp")
+	if errors.Is(err, tenants.ErrNotFound) {
+		return t, whatsapp.Credential{}, engine.Errorf(engine.CodeNotFound, "tenant has no whatsapp credential")
+	}
+	if err != nil {
+		return t, whatsapp.Credential{}, err
+	}
+	var cred whatsapp.Credential
+	if err := json.Unmarshal(raw, &cred); err != nil {
+		return t, whatsapp.Credential{}, fmt.Errorf("decode whatsapp credential of tenant %s: %w", t.Slug, err)
+	}
+	return t, cred, nil
+}
+
+// whatsappHandshake answers Meta's subscription check: the challenge as
+// text/plain when hub.mode is subscribe and hub.verify_token is the
+// tenant's, 403 otherwise.
+func (s *Server) whatsappHandshake(w http.ResponseWriter, r *http.Request) {
+	_, cred, err := s.whatsappChannel(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	challenge, ok := whatsapp.VerifyHandshake(r.URL.Query(), cred.VerifyToken)
+	if !ok {
+		s.writeError(w, r, engine.Errorf(codeForbidden, "hub.mode must be subscribe and hub.verify_token the tenant's verify_token"))
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, challenge)
+}
+
+// webhookResult is the answer to a stored webhook; Meta ignores it, people
+// reading logs or tests do not.
+type webhookResult struct {
+	// Accepted counts the new inbound messages, Duplicates the repeats.
+	Accepted   int `json:"accepted"`
+	Duplicates int `json:"duplicates"`
+	// Statuses counts the statuses that updated a send step; the others were
+	// for unknown steps or older than what the step has.
+	Statuses int `json:"statuses"`
+}
+
+// whatsappEvents authenticates, parses and stores one webhook delivery.
+func (s *Server) whatsappEvents(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxWebhookBytes))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		s.writeError(w, r, engine.Errorf(engine.CodeTooLarge, "body larger than %d bytes", s.cfg.MaxWebhookBytes))
+		return
+	}
+	if err != nil {
+		s.writeError(w, r, engine.Errorf(engine.CodeInvalid, "body: could not be read"))
+		return
+	}
+	t, cred, err := s.whatsappChannel(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if !whatsapp.VerifySignature(cred.AppSecret, body, r.Header.Get(signatureHeader)) {
+		s.logger.InfoContext(r.Context(), "whatsapp webhook refused: bad or missing signature (is the tenant's app_secret the Meta app's?)",
+			slog.String("tenant", t.Slug))
+		s.writeError(w, r, engine.Errorf(engine.CodeUnauthorized, "%s: missing or not the body's HMAC under the tenant's app_secret", signatureHeader))
+		return
+	}
+	wh, err := whatsapp.ParseWebhook(body)
+	if err != nil {
+		s.writeError(w, r, engine.Errorf(engine.CodeInvalid, "%s", err.Error()))
+		return
+	}
+	if err := checkNumber(wh, cred.PhoneNumberID); err != nil {
+		s.logger.InfoContext(r.Context(), "whatsapp webhook refused", slog.String("tenant", t.Slug), slog.String("error", err.Error()))
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := s.storeWebhook(r.Context(), t, wh)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// checkNumber refuses a webhook that carries anything for a business number
+// other than the tenant's: a Meta app may serve several numbers, and ordo
+// must not answer one number's users from another.
+func checkNumber(wh whatsapp.Webhook, phoneNumberID string) error {
+	check := func(got string) error {
+		if got != phoneNumberID {
+			return engine.Errorf(engine.CodeInvalid, "phone_number_id: %q is not this tenant's WhatsApp number", got)
+		}
+		return nil
+	}
+	for _, m := range wh.Messages {
+		if err := check(m.PhoneNumberID); err != nil {
+			return err
+		}
+	}
+	for _, st := range wh.Statuses {
+		if err := check(st.PhoneNumberID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// storeWebhook writes a delivery in one transaction, retried when Postgres
+// breaks a deadlock between concurrent deliveries.
+func (s *Server) storeWebhook(ctx context.Context, t tenants.Tenant, wh whatsapp.Webhook) (webhookResult, error) {
+	if len(wh.Messages) == 0 && len(wh.Statuses) == 0 {
+		return webhookResult{}, nil
+	}
+	// One lock order for every delivery: conversations sorted (a user's
+	// messages keep their order), so concurrent deliveries touching the same
+	// conversations queue instead of deadlocking.
+	msgs := slices.Clone(wh.Messages)
+	slices.SortStableFunc(msgs, func(a, b whatsapp.Inbound) int {
+		if c := strings.Compare(a.ConversationID, b.ConversationID); c != 0 {
+			return c
+		}
+		return a.Timestamp.Compare(b.Timestamp)
+	})
+	statuses := newStatusBatch(wh.Statuses)
+	for attempt := 1; ; attempt++ {
+		var res webhookResult
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			// Statuses first: a drain writes a step before its conversation,
+			// and so does this transaction.
+			if len(wh.Statuses) > 0 {
+				tag, err := tx.Exec(ctx, applyStatuses, t.ID, statuses.stepIDs, statuses.wamids, statuses.statuses, statuses.ranks)
+				if err != nil {
+					return fmt.Errorf("apply statuses: %w", err)
+				}
+				res.Statuses = int(tag.RowsAffected())
+			}
+			for _, m := range msgs {
+				a, err := s.engine.IngestTx(ctx, tx, engine.NewMessage{
+					Tenant: t.Slug, ConversationID: m.ConversationID, MessageID: m.MessageID,
+					Direction: "inbound", Payload: m.Payload,
+				})
+				if err != nil {
+					return err
+				}
+				if a.Duplicate {
+					res.Duplicates++
+				} else {
+					res.Accepted++
+				}
+			}
+			return nil
+		})
+		if err == nil || attempt == webhookTxAttempts || !isTxConflict(err) {
+			return res, err
+		}
+	}
+}
+
+// isTxConflict reports whether Postgres aborted the transaction to break a
+// deadlock or a serialization conflict, so running it again can succeed.
+func isTxConflict(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
+}
+
+// statusBatch is a delivery's statuses as the column arrays applyStatuses
+// unnests: one statement for all of them.
+type statusBatch struct {
+	stepIDs  []*int64
+	wamids   []string
+	statuses []string
+	ranks    []int32
+}
+
+func newStatusBatch(sts []whatsapp.Status) statusBatch {
+	var b statusBatch
+	for _, st := range sts {
+		var id *int64
+		if n, err := strconv.ParseInt(st.CallbackData, 10, 64); err == nil && n > 0 {
+			id = &n
+		}
+		b.stepIDs = append(b.stepIDs, id)
+		b.wamids = append(b.wamids, st.MessageID)
+		b.statuses = append(b.statuses, st.Status)
+		b.ranks = append(b.ranks, int32(whatsapp.StatusRank(st.Status)))
+	}
+	return b
+}
+
+// applyStatuses records delivery statuses on the tenant's send steps. A
+// status finds its step by biz_opaque_callback_data (ordo's step id), else
+// by the wamid; a step of another tenant is never matched, an unknown one is
+// skipped. It never regresses a step: a status applies only when it ranks
+// above the recorded one (whatsapp.StatusRank), the highest of a delivery
+// winning. The wamid fills provider_message_id when the step has none (a send
+// whose answer was lost), which is what settles an ambiguous send.
+const applyStatuses = `
+WITH s AS (
+    SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::int[])
+        WITH ORDINALITY AS s(step_id, wamid, status, rank, ord)
+), by_id AS (
+    SELECT s.ord, st.id FROM s
+    JOIN ordo.steps st ON st.id = s.step_id AND st.kind = 'send'
+    JOIN ordo.messages m ON m.id = st.message_pk AND m.tenant_id = $1
+), by_wamid AS (
+    SELECT s.ord, st.id FROM s
+    JOIN ordo.steps st ON st.provider_message_id = s.wamid AND st.kind = 'send'
+    JOIN ordo.messages m ON m.id = st.message_pk AND m.tenant_id = $1
+    WHERE NOT EXISTS (SELECT 1 FROM by_id WHERE by_id.ord = s.ord)
+), best AS (
+    SELECT DISTINCT ON (h.id) h.id, s.wamid, s.status, s.rank
+    FROM (SELECT * FROM by_id UNION ALL SELECT * FROM by_wamid) h JOIN s ON s.ord = h.ord
+    ORDER BY h.id, s.rank DESC
+)
+UPDATE ordo.steps st SET
+    provider_status      = best.status,
+    provider_status_rank = best.rank,
+    provider_message_id  = coalesce(st.provider_message_id, best.wamid)
+FROM best
+WHERE st.id = best.id AND best.rank > st.provider_status_rank`
