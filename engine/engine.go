@@ -101,6 +101,9 @@ func translate(err error, doing string) error {
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "22023":
 		return &Error{Code: CodeInvalid, Message: pgErr.Message, Err: err}
+	case errors.As(err, &pgErr) && (pgErr.Code == "22021" || pgErr.Code == "22P05"):
+		// Postgres text and jsonb cannot hold U+0000: bad input, not a fault.
+		return &Error{Code: CodeInvalid, Message: "text must not contain NUL (\\u0000) characters", Err: err}
 	case errors.As(err, &pgErr) && pgErr.Code == "P0002":
 		return &Error{Code: CodeNotFound, Message: pgErr.Message, Err: err}
 	case errors.Is(err, pgx.ErrNoRows):
