@@ -73,15 +73,19 @@ func (s *Server) Handler() http.Handler {
 	r.HandleFunc("/healthz", s.healthz).Methods(http.MethodGet)
 	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet)
 
-	api := r.PathPrefix("/v1").Subrouter()
-	api.Use(s.authenticate)
-	api.HandleFunc("/messages", s.postMessage).Methods(http.MethodPost)
-	api.HandleFunc("/messages/{message_id}", s.getMessage).Methods(http.MethodGet)
-	api.HandleFunc("/conversations/{conversation_id}", s.getConversation).Methods(http.MethodGet)
-	api.HandleFunc("/dead-letters", s.listDeadLetters).Methods(http.MethodGet)
-	api.HandleFunc("/dead-letters/{id}", s.getDeadLetter).Methods(http.MethodGet)
-	api.HandleFunc("/dead-letters/{id}/replay", s.replayDeadLetter).Methods(http.MethodPost)
-	api.HandleFunc("/dead-letters/{id}/skip", s.skipDeadLetter).Methods(http.MethodPost)
+	// The API's routes sit on the main router, each behind authenticate: in a
+	// PathPrefix subrouter, gorilla/mux 1.8.1 answers a wrong method with 404
+	// instead of 405 (gorilla/mux#751).
+	api := func(method, path string, h http.HandlerFunc) {
+		r.Handle("/v1"+path, s.authenticate(h)).Methods(method)
+	}
+	api(http.MethodPost, "/messages", s.postMessage)
+	api(http.MethodGet, "/messages/{message_id}", s.getMessage)
+	api(http.MethodGet, "/conversations/{conversation_id}", s.getConversation)
+	api(http.MethodGet, "/dead-letters", s.listDeadLetters)
+	api(http.MethodGet, "/dead-letters/{id}", s.getDeadLetter)
+	api(http.MethodPost, "/dead-letters/{id}/replay", s.replayDeadLetter)
+	api(http.MethodPost, "/dead-letters/{id}/skip", s.skipDeadLetter)
 
 	s.routeWebhooks(r)
 	if s.cfg.Sandbox {
