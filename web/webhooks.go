@@ -18,6 +18,7 @@ package web
 // credential; 413 body over Config.MaxWebhookBytes.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,6 +29,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5"
@@ -132,6 +135,10 @@ func (s *Server) whatsappEvents(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, engine.Errorf(engine.CodeUnauthorized, "%s: missing or not the body's HMAC under the tenant's app_secret", signatureHeader))
 		return
 	}
+	if !utf8.Valid(body) {
+		s.writeError(w, r, engine.Errorf(engine.CodeInvalid, "body: not valid UTF-8"))
+		return
+	}
 	wh, err := whatsapp.ParseWebhook(body)
 	if err != nil {
 		s.writeError(w, r, engine.Errorf(engine.CodeInvalid, "%s", err.Error()))
@@ -205,7 +212,7 @@ func (s *Server) storeWebhook(ctx context.Context, t tenants.Tenant, wh whatsapp
 			for _, m := range msgs {
 				a, err := s.engine.IngestTx(ctx, tx, engine.NewMessage{
 					Tenant: t.Slug, ConversationID: m.ConversationID, MessageID: m.MessageID,
-					Direction: "inbound", Payload: m.Payload,
+					Direction: "inbound", Payload: storable(m.Payload),
 				})
 				if err != nil {
 					return err
@@ -249,10 +256,60 @@ func newStatusBatch(sts []whatsapp.Status) statusBatch {
 		}
 		b.stepIDs = append(b.stepIDs, id)
 		b.wamids = append(b.wamids, st.MessageID)
-		b.statuses = append(b.statuses, st.Status)
+		b.statuses = append(b.statuses, strings.Map(dropControl, st.Status))
 		b.ranks = append(b.ranks, int32(whatsapp.StatusRank(st.Status)))
 	}
 	return b
+}
+
+// storable makes a message's JSON fit a jsonb column. Postgres refuses the
+// escapes \u0000 and lone surrogates that JSON (and so an end user's text)
+// may carry; refusing the delivery for them would have Meta redeliver it,
+// with every other message in it, for days. So such a payload is decoded and
+// encoded again, NULs becoming U+FFFD (as lone surrogates do in decoding).
+func storable(payload json.RawMessage) json.RawMessage {
+	if !bytes.Contains(payload, []byte(`\u`)) {
+		return payload
+	}
+	d := json.NewDecoder(bytes.NewReader(payload))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return payload // the parser read it; leave it to ingest to judge
+	}
+	out, err := json.Marshal(withoutNUL(v))
+	if err != nil {
+		return payload
+	}
+	return out
+}
+
+// withoutNUL replaces NUL in every string (and key) of a decoded JSON value.
+func withoutNUL(v any) any {
+	switch x := v.(type) {
+	case string:
+		return strings.ReplaceAll(x, "\x00", "\uFFFD")
+	case []any:
+		for i := range x {
+			x[i] = withoutNUL(x[i])
+		}
+	case map[string]any:
+		clean := make(map[string]any, len(x))
+		for k, e := range x {
+			clean[strings.ReplaceAll(k, "\x00", "\uFFFD")] = withoutNUL(e)
+		}
+		return clean
+	}
+	return v
+}
+
+// dropControl removes control characters (NUL above all, which text columns
+// refuse) from a status name.
+func dropControl(r rune) rune {
+	if unicode.IsControl(r) {
+		return -1
+	}
+	return r
 }
 
 // applyStatuses records delivery statuses on the tenant's send steps. A
