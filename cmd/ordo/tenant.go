@@ -9,7 +9,8 @@ import (
 )
 
 const tenantUsage = "ordo tenant create --slug S [--name N] [--handler-url U] | " +
-	"update --slug S [--handler-url U] [--name N] [--on-dead-letter halt|skip] [--ambiguous reconcile|resend] [--max-attempts N] | list"
+	"update --slug S [--handler-url U] [--name N] [--on-dead-letter halt|skip] [--ambiguous reconcile|resend] [--max-attempts N] " +
+	"[--send-rate N] [--pair-gap D] | resume --slug S | list"
 
 // runTenant is `ordo tenant create|update|list`.
 func runTenant(ctx context.Context, env *environment, args []string) error {
@@ -22,6 +23,8 @@ func runTenant(ctx context.Context, env *environment, args []string) error {
 		return tenantCreate(ctx, env, rest)
 	case "update":
 		return tenantUpdate(ctx, env, rest)
+	case "resume":
+		return tenantResume(ctx, env, rest)
 	case "list":
 		return tenantList(ctx, env, rest)
 	default:
@@ -67,6 +70,8 @@ func tenantUpdate(ctx context.Context, env *environment, args []string) error {
 	onDeadLetter := fs.String("on-dead-letter", "", "halt or skip the conversation when a message is dead-lettered")
 	ambiguous := fs.String("ambiguous", "", "reconcile or resend a send whose outcome is unknown")
 	maxAttempts := fs.Int("max-attempts", 0, "attempts a step gets before its message is dead-lettered, 1..100")
+	sendRate := fs.Int("send-rate", 0, "WhatsApp sends per second for the tenant's phone number (default 80); 0 is unpaced")
+	pairGap := fs.Duration("pair-gap", 0, "minimum gap between two sends to one user, e.g. 6s; 0 is off")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -86,6 +91,11 @@ func tenantUpdate(ctx context.Context, env *environment, args []string) error {
 			p.Ambiguous = ambiguous
 		case "max-attempts":
 			p.MaxAttempts = maxAttempts
+		case "send-rate":
+			p.SendRate = sendRate
+		case "pair-gap":
+			ms := int(pairGap.Milliseconds())
+			p.PairGapMS = &ms
 		}
 	})
 	if p == (tenants.UpdateParams{}) {
@@ -101,6 +111,33 @@ func tenantUpdate(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	return printJSON(env.stdout, t)
+}
+
+// tenantResume lifts a tenant's sending pause (set when Meta refused its
+// credential or account; fix that first) and wakes its waiting
+// conversations, which go on in order.
+func tenantResume(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "tenant resume")
+	slug := fs.String("slug", "", "the tenant whose sending resumes (required)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := requireFlag("slug", *slug); err != nil {
+		return err
+	}
+	pool, store, err := openTenantStore(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	resumed, err := store.ResumeSending(ctx, *slug)
+	if err != nil {
+		return err
+	}
+	return printJSON(env.stdout, struct {
+		Tenant  string `json:"tenant"`
+		Resumed bool   `json:"resumed"`
+	}{*slug, resumed})
 }
 
 // tenantList prints one JSON line per tenant.
