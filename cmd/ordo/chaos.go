@@ -1,10 +1,550 @@
 package main
 
+// `ordo chaos` is the crash and fault run. It starts a private Postgres, one
+// API process and several worker processes of this very binary, and a fake
+// WhatsApp Cloud API on loopback; offers load from many clients while it
+// kills, stalls and restarts processes (Postgres included) and the fake
+// misbehaves; then an independent checker compares what the clients were
+// told was accepted with what the fake provider received. The files:
+//
+//	chaos.go           the command, its configuration and the run itself
+//	chaos_procs.go     the ordo processes and the fault schedule
+//	chaos_provider.go  the misbehaving provider and the tenants' handler
+//	chaos_load.go      the clients and the bad-input prober
+//	chaos_check.go     the checker and the report
+
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordo-dev/ordo/sql/pgcluster"
+	"github.com/ordo-dev/ordo/tenants"
 )
 
+// chaosConfig is one chaos run. Zero values take the defaults of
+// chaosConfig.withDefaults.
+type chaosConfig struct {
+	// Duration is how long load is offered and faults injected. Default 3m.
+	Duration time.Duration
+	// Seed drives every random choice: the fault schedule, the load and the
+	// provider's failures. Default: from the clock (printed, so a run can be
+	// repeated).
+	Seed uint64
+	// Workers is the number of `ordo serve --role worker` processes. Default 3.
+	Workers int
+	// Tenants is the number of tenants the load spreads over. Default 3.
+	Tenants int
+	// Conversations is the number of conversations, over all tenants. Default 300.
+	Conversations int
+	// Clients is the number of concurrent client goroutines. Default 40.
+	Clients int
+	// Rate is the messages offered per second, over all clients. Default 40.
+	Rate float64
+	// Quiesce bounds the wait, after the load, for every accepted message to
+	// be sent or dead-lettered. Default 3m.
+	Quiesce time.Duration
+	// Dir holds the cluster and the processes' logs. Default: a temporary
+	// directory, removed after a passing run and kept after a failing one.
+	Dir string
+	// Exec is the command that runs ordo (the binary, then any fixed
+	// arguments) and ExecEnv extra environment for it. Default: this
+	// executable.
+	Exec    []string
+	ExecEnv []string
+	// Out receives the fault log and the report. Default stdout.
+	Out io.Writer
+
+	// WorkerKillEvery is the range of pauses between two kill -9 of a
+	// worker. Default 4s..9s.
+	WorkerKillMin, WorkerKillMax time.Duration
+	// APIKills, PGRestarts and Stalls are how many of each fault the run
+	// injects. Defaults scale with Duration: one per minute, per 90s and
+	// per 90s, at least one each.
+	APIKills, PGRestarts, Stalls int
+	// Lease, StrandedAfter and SendTimeout are handed to the workers (see
+	// jobs.Config). Defaults 4s, 4s, 1.5s: a stalled or killed worker's
+	// conversations move on within seconds.
+	Lease, StrandedAfter, SendTimeout time.Duration
+}
+
+func (c chaosConfig) withDefaults() chaosConfig {
+	if c.Duration == 0 {
+		c.Duration = 3 * time.Minute
+	}
+	if c.Seed == 0 {
+		c.Seed = uint64(time.Now().UnixNano())
+	}
+	setInt := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	setDur := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	setInt(&c.Workers, 3)
+	setInt(&c.Tenants, 3)
+	setInt(&c.Conversations, 300)
+	setInt(&c.Clients, 40)
+	if c.Rate == 0 {
+		c.Rate = 40
+	}
+	setDur(&c.Quiesce, 3*time.Minute)
+	if c.Out == nil {
+		c.Out = os.Stdout
+	}
+	setDur(&c.WorkerKillMin, 4*time.Second)
+	setDur(&c.WorkerKillMax, 9*time.Second)
+	setInt(&c.APIKills, max(1, int(c.Duration/time.Minute)))
+	setInt(&c.PGRestarts, max(1, int(c.Duration/(90*time.Second))))
+	setInt(&c.Stalls, max(1, int(c.Duration/(90*time.Second))))
+	setDur(&c.Lease, 4*time.Second)
+	setDur(&c.StrandedAfter, 4*time.Second)
+	setDur(&c.SendTimeout, 1500*time.Millisecond)
+	return c
+}
+
+func (c chaosConfig) validate() error {
+	switch {
+	case c.Workers < 2:
+		return errors.New("--workers: at least 2 (one is stalled or killed at times)")
+	case c.Tenants < 2:
+		return errors.New("--tenants: at least 2 (tenant isolation is probed)")
+	case c.Conversations < c.Tenants:
+		return errors.New("--conversations: at least one per tenant")
+	case c.Clients < 1 || c.Rate <= 0:
+		return errors.New("--clients and --rate must be positive")
+	case c.WorkerKillMax < c.WorkerKillMin:
+		return errors.New("worker kill interval: max below min")
+	case c.Duration < c.stallFor()+5*time.Second:
+		return fmt.Errorf("--duration: at least %s, for a worker stall past its lease", c.stallFor()+5*time.Second)
+	}
+	return nil
+}
+
+// stallFor is how long a worker stays SIGSTOPped: past its lease (Postgres
+// ends its sessions, releasing its conversations), past StrandedAfter and
+// two reconcile rounds (another worker takes them over), and a little more.
+func (c chaosConfig) stallFor() time.Duration {
+	return c.Lease + c.StrandedAfter + 2*chaosReconcileInterval + 2*time.Second
+}
+
+// chaosReconcileInterval is jobs.Config's default ReconcileInterval, which
+// the workers keep.
+const chaosReconcileInterval = 2 * time.Second
+
+// runChaos is `ordo chaos [--duration 3m] [--seed N] [--workers 3]
+// [--tenants 3] [--conversations 300]`.
 func runChaos(ctx context.Context, env *environment, args []string) error {
-	return errors.New("not built yet")
+	fs := newFlagSet(env, "chaos")
+	var c chaosConfig
+	fs.DurationVar(&c.Duration, "duration", 3*time.Minute, "how long load is offered and faults injected")
+	fs.Uint64Var(&c.Seed, "seed", 0, "seed of every random choice (0: from the clock)")
+	fs.IntVar(&c.Workers, "workers", 3, "worker processes")
+	fs.IntVar(&c.Tenants, "tenants", 3, "tenants")
+	fs.IntVar(&c.Conversations, "conversations", 300, "conversations over all tenants")
+	fs.IntVar(&c.Clients, "clients", 40, "concurrent clients")
+	fs.Float64Var(&c.Rate, "rate", 40, "messages offered per second")
+	fs.DurationVar(&c.Quiesce, "quiesce", 3*time.Minute, "bound on the wait for every accepted message to settle")
+	fs.StringVar(&c.Dir, "dir", "", "directory for the cluster and the logs (default: a temporary one, kept if the run fails)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	c.Out = env.stdout
+	rep, err := chaos(ctx, c)
+	if err != nil {
+		return err
+	}
+	if rep.failed() > 0 {
+		return fmt.Errorf("%d of %d checks failed", rep.failed(), len(rep.checks))
+	}
+	return nil
+}
+
+// chaosRun is the state of one run, shared by its parts.
+type chaosRun struct {
+	cfg      chaosConfig
+	start    time.Time
+	log      *faultLog
+	cluster  *pgcluster.Cluster
+	dbURL    string
+	env      []string // the ordo processes' environment
+	apiURL   string
+	api      *chaosProc
+	workers  []*chaosProc
+	provider *chaosProvider
+	handler  *chaosHandler
+	tenants  []chaosTenant
+}
+
+// chaosTenant is a tenant as the clients know it.
+type chaosTenant struct {
+	slug          string
+	apiKey        string
+	phoneNumberID string
+	accessToken   string
+	handlerSecret string
+	inbound       bool // some of its messages are inbound, answered by the handler
+}
+
+// chaos runs the whole thing and returns the checker's report. An error
+// means the run could not be carried out (not that a check failed).
+func chaos(ctx context.Context, cfg chaosConfig) (rep *chaosReport, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if len(cfg.Exec) == 0 {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find the ordo binary: %w", err)
+		}
+		cfg.Exec = []string{self}
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "ordo-chaos-"); err != nil {
+			return nil, err
+		}
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	r := &chaosRun{cfg: cfg, start: time.Now(), log: &faultLog{w: cfg.Out, start: time.Now()}}
+	defer func() {
+		r.stopAll()
+		if r.cluster != nil {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			_ = r.cluster.Stop(stopCtx)
+			cancel()
+		}
+		if cfg.Dir == "" && err == nil && rep != nil && rep.failed() == 0 {
+			_ = os.RemoveAll(dir)
+		} else {
+			fmt.Fprintf(cfg.Out, "logs and cluster kept in %s\n", dir)
+		}
+	}()
+
+	fmt.Fprintf(cfg.Out, "ordo chaos: seed %d, %s of load, %d workers, %d tenants, %d conversations, %d clients at %.0f msg/s\n",
+		cfg.Seed, cfg.Duration, cfg.Workers, cfg.Tenants, cfg.Conversations, cfg.Clients, cfg.Rate)
+	if err := r.setUp(ctx, dir); err != nil {
+		return nil, err
+	}
+	return r.exercise(ctx)
+}
+
+// setUp starts Postgres, migrates, creates the tenants, starts the fake
+// provider, the handler and the ordo processes.
+func (r *chaosRun) setUp(ctx context.Context, dir string) error {
+	cfg := r.cfg
+	var err error
+	// Fast skips fsync, which only matters if the machine itself crashes;
+	// synchronous_commit stays on, so a 2xx is in the WAL before it is
+	// answered and an immediate restart (a crash of Postgres) keeps it.
+	r.cluster, err = pgcluster.Start(ctx, pgcluster.Config{
+		Dir:      filepath.Join(dir, "pg"),
+		Fast:     true,
+		Settings: map[string]string{"synchronous_commit": "on", "max_connections": "400"},
+	})
+	if err != nil {
+		return err
+	}
+	r.dbURL = r.cluster.URL("postgres")
+	r.log.printf("postgres started in %s", r.cluster.Dir)
+	key, err := tenants.GenerateMasterKey()
+	if err != nil {
+		return err
+	}
+	r.provider = newChaosProvider(cfg.Seed, cfg.SendTimeout)
+	r.handler = newChaosHandler(cfg.Seed)
+	apiAddr, err := chaosFreeAddr()
+	if err != nil {
+		return err
+	}
+	r.apiURL = "http://" + apiAddr
+	r.env = append(os.Environ(), cfg.ExecEnv...)
+	r.env = append(r.env,
+		"DATABASE_URL="+r.dbURL,
+		"ORDO_MASTER_KEYS="+key.Format(),
+		"ORDO_ADDR="+apiAddr,
+		"ORDO_WHATSAPP_API_URL="+r.provider.URL()+"/v23.0",
+		// info: River says at info when a job fails, e.g. a drain that
+		// lost its connection while its worker was stalled.
+		"ORDO_LOG_LEVEL=info",
+	)
+	if _, err := r.ordo(ctx, nil, "migrate", "up"); err != nil {
+		return err
+	}
+	if err := r.createTenants(ctx); err != nil {
+		return err
+	}
+	r.log.printf("migrated; %d tenants created", len(r.tenants))
+
+	r.api = r.newProc(dir, "api", "serve", "--role", "api")
+	for i := range cfg.Workers {
+		r.workers = append(r.workers, r.newProc(dir, "worker-"+strconv.Itoa(i+1), "serve", "--role", "worker",
+			"--workers", "16",
+			"--lease", cfg.Lease.String(),
+			"--stranded-after", cfg.StrandedAfter.String(),
+			"--send-timeout", cfg.SendTimeout.String(),
+			"--handler-timeout", cfg.SendTimeout.String(),
+			"--reconcile-wait", "2s",
+			"--retry-max", "5s"))
+	}
+	for _, p := range append([]*chaosProc{r.api}, r.workers...) {
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
+	if err := r.waitAPI(ctx, time.Minute); err != nil {
+		return err
+	}
+	r.log.printf("api and %d workers up", len(r.workers))
+	return nil
+}
+
+// createTenants creates the tenants through the operator commands, as an
+// operator would: tenant create, credential set, tenant update.
+func (r *chaosRun) createTenants(ctx context.Context) error {
+	for i := range r.cfg.Tenants {
+		t := chaosTenant{
+			slug:          "chaos-" + strconv.Itoa(i),
+			phoneNumberID: strconv.Itoa(1000100 + i),
+			accessToken:   "EAAG-chaos-token-" + strconv.Itoa(i),
+			inbound:       i == 0, // the first tenant has a handler and inbound messages
+		}
+		args := []string{"tenant", "create", "--slug", t.slug, "--name", "Chaos " + strconv.Itoa(i)}
+		if t.inbound {
+			args = append(args, "--handler-url", r.handler.URL()+"/"+t.slug)
+		}
+		out, err := r.ordo(ctx, nil, args...)
+		if err != nil {
+			return err
+		}
+		var created struct {
+			APIKey        string `json:"api_key"`
+			HandlerSecret string `json:"handler_secret"`
+		}
+		if err := json.Unmarshal(out, &created); err != nil || created.APIKey == "" {
+			return fmt.Errorf("ordo tenant create: unexpected output %q", out)
+		}
+		t.apiKey, t.handlerSecret = created.APIKey, created.HandlerSecret
+		cred := fmt.Sprintf(`{"phone_number_id":%q,"access_token":%q,"app_secret":"chaos-app-secret","verify_token":"chaos-verify"}`,
+			t.phoneNumberID, t.accessToken)
+		if _, err := r.ordo(ctx, []byte(cred), "credential", "set", "--tenant", t.slug, "--name", "whatsapp", "--from-file", "-"); err != nil {
+			return err
+		}
+		// skip: a permanent failure dead-letters its message and the
+		// conversation goes on, so the rest of the run still checks it.
+		// Ambiguous sends: resend at once for all but one tenant, which
+		// reconciles (waits, briefly, for a status webhook that the fake
+		// never sends, then resends). max_attempts 25: only permanent
+		// failures may dead-letter, never a streak of injected ones.
+		ambiguous := "resend"
+		if i == 1 {
+			ambiguous = "reconcile"
+		}
+		if _, err := r.ordo(ctx, nil, "tenant", "update", "--slug", t.slug,
+			"--on-dead-letter", "skip", "--ambiguous", ambiguous, "--max-attempts", "25"); err != nil {
+			return err
+		}
+		r.provider.allow(t.phoneNumberID, t.accessToken)
+		r.handler.allow(t.slug, t.handlerSecret)
+		r.tenants = append(r.tenants, t)
+	}
+	return nil
+}
+
+// exercise runs load and faults, waits for quiescence and checks.
+func (r *chaosRun) exercise(ctx context.Context) (*chaosReport, error) {
+	cfg := r.cfg
+	// The clock of the fault plan and of the log starts with the load.
+	r.start = time.Now()
+	r.log.mu.Lock()
+	r.log.start = r.start
+	r.log.mu.Unlock()
+	ld := newChaosLoad(r)
+	bad := newChaosProber(r, ld.ledger)
+	faults := newFaultPlan(cfg)
+	faults.print(r.log)
+
+	loadCtx, stopLoad := context.WithTimeout(ctx, cfg.Duration)
+	defer stopLoad()
+	// In-flight offers keep retrying after the load stops, until answered
+	// or this much later.
+	answerCtx, stopAnswering := context.WithTimeout(ctx, cfg.Duration+2*time.Minute)
+	defer stopAnswering()
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.runFaults(ctx, faults)
+	}()
+	proberDone := make(chan struct{})
+	go func() {
+		defer close(proberDone)
+		bad.run(loadCtx, answerCtx)
+	}()
+	ld.run(loadCtx, answerCtx)
+	<-proberDone
+	<-done // every process is back up, every stalled one resumed
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	r.log.printf("load stopped: %d messages offered; waiting for the system to settle", ld.ledger.offeredCount())
+
+	settled, waited := r.quiesce(ctx, ld.ledger)
+	// Late sends of a stalled worker or a reconcile have a moment to show.
+	time.Sleep(2 * time.Second)
+	deadLetters, dlErr := r.deadLetters(ctx)
+	r.stopAll()
+	r.log.printf("processes stopped")
+	ambiguous, ambErr := r.ambiguousCounts(ctx)
+
+	in := chaosInput{
+		ledger:      ld.ledger,
+		sends:       r.provider.Sends(),
+		provider:    r.provider.record(),
+		handler:     r.handler.record(),
+		ambiguous:   ambiguous,
+		ambErr:      ambErr,
+		deadLetters: deadLetters,
+		dlErr:       dlErr,
+		bad:         bad.summary(),
+		faults:      r.log.counts(),
+		planned:     faults.kinds(),
+		settled:     settled,
+		waited:      waited,
+		quiesce:     cfg.Quiesce,
+		logProblems: r.logProblems(),
+	}
+	rep := chaosJudge(in)
+	rep.print(cfg.Out)
+	return rep, nil
+}
+
+// quiesce waits until every accepted message was sent or permanently failed
+// and dead-lettered, or cfg.Quiesce passes.
+func (r *chaosRun) quiesce(ctx context.Context, l *chaosLedger) (bool, time.Duration) {
+	start := time.Now()
+	deadline := start.Add(r.cfg.Quiesce)
+	for {
+		pending := chaosOutstanding(l, r.provider.Sends(), r.provider.record())
+		if pending == 0 {
+			dl, err := r.deadLetters(ctx)
+			if err == nil && len(dl) == len(l.permanentMessages()) {
+				r.log.printf("settled after %s", time.Since(start).Round(time.Millisecond))
+				return true, time.Since(start)
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			r.log.printf("not settled after %s: %d messages neither sent nor failed permanently", r.cfg.Quiesce, pending)
+			return false, time.Since(start)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// ambiguousCounts reads the engine's own count of ambiguous sends per step
+// (the step id is the callback data of each send): the one figure the
+// checker takes from ordo, to excuse exactly that many duplicates.
+func (r *chaosRun) ambiguousCounts(ctx context.Context) (map[string]int, error) {
+	pool, err := pgxpool.New(ctx, r.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	rows, err := pool.Query(ctx, `SELECT id::text, ambiguous_count FROM ordo.steps WHERE ambiguous_count > 0`)
+	if err != nil {
+		return nil, fmt.Errorf("read ambiguous counts: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]int)
+	for rows.Next() {
+		var (
+			id string
+			n  int
+		)
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, err
+		}
+		out[id] = n
+	}
+	return out, rows.Err()
+}
+
+// freeLoopbackAddr returns a 127.0.0.1 address with a port free now; the
+// API process is restarted on the same one.
+func chaosFreeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// newRand returns the run's random source for one purpose: the same seed
+// and stream give the same choices.
+func chaosRand(seed uint64, stream uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, stream))
+}
+
+// deadLetterRef names a dead letter by its tenant and message.
+type chaosDeadLetter struct {
+	tenant    int
+	messageID string
+}
+
+// deadLetters lists every tenant's dead letters through the API, as a
+// tenant would see them.
+func (r *chaosRun) deadLetters(ctx context.Context) ([]chaosDeadLetter, error) {
+	api := newChaosClient(r.apiURL)
+	var out []chaosDeadLetter
+	for i, t := range r.tenants {
+		after := "0"
+		for {
+			status, body, err := api.do(ctx, http.MethodGet, "/v1/dead-letters?state=all&limit=500&after="+after, "Bearer "+t.apiKey, "", nil)
+			if err != nil {
+				return nil, err
+			}
+			if status != http.StatusOK {
+				return nil, fmt.Errorf("GET /v1/dead-letters: %d %.200s", status, body)
+			}
+			var page struct {
+				DeadLetters []struct {
+					ID        string `json:"id"`
+					MessageID string `json:"message_id"`
+				} `json:"dead_letters"`
+			}
+			if err := json.Unmarshal(body, &page); err != nil {
+				return nil, fmt.Errorf("GET /v1/dead-letters: %w", err)
+			}
+			for _, d := range page.DeadLetters {
+				out = append(out, chaosDeadLetter{tenant: i, messageID: d.MessageID})
+				after = d.ID
+			}
+			if len(page.DeadLetters) < 500 {
+				break
+			}
+		}
+	}
+	return out, nil
 }

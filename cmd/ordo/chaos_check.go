@@ -1,0 +1,331 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ordo-dev/ordo/jobs/whatsapp/whatsapptest"
+)
+
+type chaosSend = whatsapptest.Send
+
+// sendKey names a delivery: which business number sent what text to whom.
+func chaosSendKey(pnid, to, text string) string { return pnid + "\x00" + to + "\x00" + text }
+
+func chaosDelivered(sends []chaosSend) map[string]bool {
+	out := make(map[string]bool, len(sends))
+	for _, s := range sends {
+		out[chaosSendKey(s.PhoneNumberID, s.To, s.Text)] = true
+	}
+	return out
+}
+
+// checkInput is everything the checker reads: the clients' ledger, the
+// provider's record (its deliveries and its failures), and from ordo only
+// its count of ambiguous sends per step and its dead-letter listing (through
+// the API) — the two claims the checker holds against the provider's side.
+type chaosInput struct {
+	ledger      *chaosLedger
+	sends       []chaosSend
+	provider    chaosProviderRecord
+	handler     chaosHandlerRecord
+	ambiguous   map[string]int // step id → ambiguous sends the engine counted
+	ambErr      error
+	deadLetters []chaosDeadLetter
+	dlErr       error
+	bad         []chaosProbeSummary
+	faults      map[string]int // process faults injected
+	planned     map[string]int
+	settled     bool
+	waited      time.Duration
+	quiesce     time.Duration
+	logProblems []string
+}
+
+// chaosCheck is one verdict.
+type chaosCheck struct {
+	name    string
+	ok      bool
+	summary string
+	details []string
+}
+
+// chaosReport is the checker's answer.
+type chaosReport struct {
+	checks []chaosCheck
+
+	offered, accepted, copies, retries int
+	sent                               int
+	lost, orderViolations, unexpected  int
+	duplicates, beyondAmbiguous        int
+	ambiguousCounted                   int
+	deadLettered, permanentFailed      int
+	faults                             map[string]int
+}
+
+func (r *chaosReport) failed() int {
+	n := 0
+	for _, c := range r.checks {
+		if !c.ok {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *chaosReport) add(name string, ok bool, summary string, details ...string) {
+	if len(details) > 20 {
+		details = append(details[:20], fmt.Sprintf("… %d more", len(details)-20))
+	}
+	r.checks = append(r.checks, chaosCheck{name: name, ok: ok, summary: summary, details: details})
+}
+
+// check judges a run.
+func chaosJudge(in chaosInput) *chaosReport {
+	l := in.ledger
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rep := &chaosReport{offered: len(l.msgs), copies: l.copies, retries: l.retries, sent: len(in.sends), faults: map[string]int{}}
+	for k, v := range in.faults {
+		rep.faults[k] = v
+	}
+	for k, v := range in.provider.faults {
+		rep.faults[k] = v
+	}
+
+	var accepted []*chaosMsg
+	for _, m := range l.msgs {
+		if m.accepted {
+			accepted = append(accepted, m)
+		}
+	}
+	rep.accepted = len(accepted)
+
+	// 1. Every offer was answered, and every valid one with a 2xx.
+	rep.add("every offer answered 2xx", l.unanswered == 0 && len(l.rejected) == 0 && rep.accepted == rep.offered,
+		fmt.Sprintf("%d messages offered in %d copies (%d retries after errors), %d accepted, %d copies unanswered, %d refused",
+			rep.offered, rep.copies, rep.retries, rep.accepted, l.unanswered, len(l.rejected)), l.rejected...)
+
+	// 2. Accepted once: at most one 202 per message, and every answer the
+	// original's.
+	var twice []string
+	for _, m := range accepted {
+		if m.created > 1 || m.mismatch > 0 {
+			twice = append(twice, fmt.Sprintf("%.80q: %d answers, %d of them 202, %d disagreeing with the first", m.id, m.answers, m.created, m.mismatch))
+		}
+	}
+	rep.add("accepted once", len(twice) == 0, fmt.Sprintf("%d messages with more than one acceptance or a differing answer", len(twice)), twice...)
+
+	// 3. seq is the clients' order, 1, 2, 3… per conversation: nothing
+	// refused took a number, nothing was accepted behind the clients' backs.
+	var gaps []string
+	convs := make([]chaosConvKey, 0, len(l.order))
+	for k := range l.order {
+		convs = append(convs, k)
+	}
+	sort.Slice(convs, func(i, j int) bool {
+		if convs[i].tenant != convs[j].tenant {
+			return convs[i].tenant < convs[j].tenant
+		}
+		return convs[i].conv < convs[j].conv
+	})
+	for _, k := range convs {
+		for i, m := range l.order[k] {
+			if m.seq != int64(i+1) {
+				gaps = append(gaps, fmt.Sprintf("tenant %d conversation %.40q: accepted #%d got seq %d", k.tenant, k.conv, i+1, m.seq))
+				break
+			}
+		}
+	}
+	rep.add("seq is the clients' order, without gaps", len(gaps) == 0, fmt.Sprintf("%d conversations, %d out of line", len(convs), len(gaps)), gaps...)
+
+	// 4. What the provider received against what was accepted. Check keys
+	// conversations by its To; a business number and a To make ours.
+	expected := make(map[string][]string)
+	var permanent []*chaosMsg
+	for _, k := range convs {
+		key := l.pnids[k.tenant] + "\x00" + k.conv
+		msgs := append([]*chaosMsg(nil), l.order[k]...)
+		sort.Slice(msgs, func(i, j int) bool { return msgs[i].seq < msgs[j].seq })
+		for _, m := range msgs {
+			expected[key] = append(expected[key], m.want()...)
+			if m.permanent() {
+				permanent = append(permanent, m)
+			}
+		}
+	}
+	keyed := make([]chaosSend, len(in.sends))
+	for i, s := range in.sends {
+		s.To = s.PhoneNumberID + "\x00" + s.To
+		keyed[i] = s
+	}
+	found := whatsapptest.Check(keyed, expected)
+	var neverTried []string
+	for _, m := range permanent {
+		if in.provider.permanent[m.text] == 0 {
+			neverTried = append(neverTried, fmt.Sprintf("%.80q was never offered to the provider", m.id))
+		}
+	}
+	rep.lost = found.Lost + len(neverTried)
+	rep.orderViolations = found.OrderViolations
+	rep.unexpected = found.Unexpected
+	rep.duplicates = found.Duplicates
+	var lostDetails, orderDetails, unexpectedDetails []string
+	for _, d := range found.Details {
+		d = strings.ReplaceAll(d, "\x00", " ")
+		switch {
+		case strings.Contains(d, "never delivered"):
+			lostDetails = append(lostDetails, d)
+		case strings.Contains(d, "delivered after"):
+			orderDetails = append(orderDetails, d)
+		case strings.Contains(d, "unexpected"):
+			unexpectedDetails = append(unexpectedDetails, d)
+		}
+	}
+	rep.add("nothing lost", rep.lost == 0, fmt.Sprintf("%d accepted messages neither sent nor failed permanently", rep.lost), append(lostDetails, neverTried...)...)
+	rep.add("strict order per conversation", rep.orderViolations == 0, fmt.Sprintf("%d order violations", rep.orderViolations), orderDetails...)
+	rep.add("nothing sent that was not accepted", rep.unexpected == 0, fmt.Sprintf("%d unexpected sends (refused requests, repeats' other bodies)", rep.unexpected), unexpectedDetails...)
+
+	// 5. Duplicates: each extra delivery of a text must be covered by an
+	// ambiguous send the engine counted on that text's step (the step id is
+	// the callback data). A text sent under two steps was accepted twice.
+	type delivery struct {
+		n     int
+		steps map[string]bool
+	}
+	per := make(map[string]*delivery)
+	for _, s := range in.sends {
+		k := chaosSendKey(s.PhoneNumberID, s.To, s.Text)
+		d := per[k]
+		if d == nil {
+			d = &delivery{steps: make(map[string]bool)}
+			per[k] = d
+		}
+		d.n++
+		d.steps[s.CallbackData] = true
+	}
+	for _, n := range in.ambiguous {
+		rep.ambiguousCounted += n
+	}
+	var beyond []string
+	for k, d := range per {
+		if d.n < 2 {
+			continue
+		}
+		excused := 0
+		if len(d.steps) == 1 {
+			for step := range d.steps {
+				excused = in.ambiguous[step]
+			}
+		}
+		if extra := d.n - 1 - excused; extra > 0 {
+			rep.beyondAmbiguous += extra
+			beyond = append(beyond, fmt.Sprintf("%q sent %d times under %d step(s), %d ambiguous sends counted", strings.ReplaceAll(k, "\x00", " "), d.n, len(d.steps), excused))
+		}
+	}
+	sort.Strings(beyond)
+	if in.ambErr != nil {
+		beyond = append(beyond, "could not read the engine's ambiguous counts: "+in.ambErr.Error())
+	}
+	rep.add("no duplicate beyond the ambiguous sends counted", rep.beyondAmbiguous == 0 && in.ambErr == nil,
+		fmt.Sprintf("%d duplicates, %d ambiguous sends counted by the engine, %d duplicates beyond", rep.duplicates, rep.ambiguousCounted, rep.beyondAmbiguous), beyond...)
+
+	// 6. Dead letters: exactly the messages the provider failed for good.
+	rep.permanentFailed = len(in.provider.permanent)
+	rep.deadLettered = len(in.deadLetters)
+	want := make(map[chaosDeadLetter]bool)
+	for _, m := range permanent {
+		want[chaosDeadLetter{tenant: m.tenant, messageID: m.id}] = true
+	}
+	var dlWrong []string
+	got := make(map[chaosDeadLetter]bool)
+	for _, d := range in.deadLetters {
+		got[d] = true
+		if !want[d] {
+			dlWrong = append(dlWrong, fmt.Sprintf("tenant %d message %.80q dead-lettered, but the provider never failed it for good", d.tenant, d.messageID))
+		}
+	}
+	for d := range want {
+		if !got[d] {
+			dlWrong = append(dlWrong, fmt.Sprintf("tenant %d message %.80q failed for good, but is not a dead letter", d.tenant, d.messageID))
+		}
+	}
+	if in.dlErr != nil {
+		dlWrong = append(dlWrong, "could not list dead letters: "+in.dlErr.Error())
+	}
+	sort.Strings(dlWrong)
+	rep.add("dead letters = the provider's permanent failures", len(dlWrong) == 0 && rep.deadLettered == rep.permanentFailed,
+		fmt.Sprintf("%d dead letters, %d messages failed permanently by the provider, %d chosen and accepted", rep.deadLettered, rep.permanentFailed, len(permanent)), dlWrong...)
+
+	// 7. Bad input got the contract's answers.
+	var badWrong []string
+	runs := 0
+	for _, b := range in.bad {
+		runs += b.runs
+		if b.wrong > 0 || b.runs == 0 {
+			badWrong = append(badWrong, fmt.Sprintf("%s: %d of %d wrong; first: %s", b.name, b.wrong, b.runs, b.firstWrong))
+		}
+	}
+	rep.add("bad input gets the contract's error and stores nothing", len(badWrong) == 0 && len(in.bad) > 0,
+		fmt.Sprintf("%d cases, %d requests", len(in.bad), runs), badWrong...)
+
+	// 8. Secrets went where they belong.
+	rep.add("each tenant's credential and handler secret used for it alone", in.provider.wrongToken == 0 && in.handler.badSignature == 0,
+		fmt.Sprintf("%d sends with another token, %d handler calls with a bad signature (of %d)", in.provider.wrongToken, in.handler.badSignature, in.handler.calls))
+
+	// 9. Every kind of fault happened.
+	var missing []string
+	kinds := []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall,
+		faultProvider500, faultProviderTimeout, faultProviderDelivered, faultProviderPairRate, faultProviderPermanent}
+	for _, k := range kinds {
+		if rep.faults[k] == 0 {
+			missing = append(missing, k+" never happened")
+		}
+	}
+	for k, n := range in.planned {
+		if in.faults[k] < n && k != faultWorkerKill { // a worker kill finding no worker up is skipped
+			missing = append(missing, fmt.Sprintf("%s: %d of %d planned", k, in.faults[k], n))
+		}
+	}
+	rep.add("every kind of fault injected", len(missing) == 0, chaosFaultSummary(rep.faults), missing...)
+
+	// 10. The system settled, and no process crashed on its own.
+	rep.add("settled after the load", in.settled,
+		fmt.Sprintf("every accepted message sent or dead-lettered within %s of the end of the load (bound %s)", in.waited.Round(time.Millisecond), in.quiesce))
+	rep.add("no panic, fatal error or data race", len(in.logProblems) == 0, fmt.Sprintf("%d found in the processes' logs", len(in.logProblems)), in.logProblems...)
+	return rep
+}
+
+func chaosFaultSummary(f map[string]int) string {
+	kinds := []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall,
+		faultProvider500, faultProviderTimeout, faultProviderDelivered, faultProviderPairRate, faultProviderPermanent}
+	var parts []string
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, f[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// print writes the report; its last line is "N passed, N failed".
+func (r *chaosReport) print(w io.Writer) {
+	fmt.Fprintln(w, "\nchecks:")
+	for _, c := range r.checks {
+		verdict := "PASS"
+		if !c.ok {
+			verdict = "FAIL"
+		}
+		fmt.Fprintf(w, "  %s  %-55s %s\n", verdict, c.name, c.summary)
+		if !c.ok {
+			for _, d := range c.details {
+				fmt.Fprintf(w, "          %s\n", d)
+			}
+		}
+	}
+	fmt.Fprintf(w, "\naccepted=%d sent=%d lost=%d order_violations=%d duplicates=%d ambiguous_counted=%d duplicates_beyond_ambiguous=%d dead_lettered=%d provider_permanent=%d unexpected=%d\n",
+		r.accepted, r.sent, r.lost, r.orderViolations, r.duplicates, r.ambiguousCounted, r.beyondAmbiguous, r.deadLettered, r.permanentFailed, r.unexpected)
+	fmt.Fprintf(w, "faults: %s\n", chaosFaultSummary(r.faults))
+	fmt.Fprintf(w, "%d passed, %d failed\n", len(r.checks)-r.failed(), r.failed())
+}

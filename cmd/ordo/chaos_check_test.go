@@ -1,0 +1,174 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestChaosJudge shows that each of the checker's checks fails on the
+// problem it is there for, and only that check.
+func TestChaosJudge(t *testing.T) {
+	t.Parallel()
+	perm := "x " + chaosUndeliverable
+
+	// setup is a clean run: one conversation of tenant 0 with a, b, a
+	// permanently failing message, and d; tenant 1 with one inbound message
+	// answered by two replies.
+	setup := func() chaosInput {
+		l := newChaosLedger([]string{"P0", "P1"})
+		msgs := []*chaosMsg{
+			{tenant: 0, conv: "c", id: "m1", text: "a"},
+			{tenant: 0, conv: "c", id: "m2", text: "b"},
+			{tenant: 0, conv: "c", id: "m3", text: perm},
+			{tenant: 0, conv: "c", id: "m4", text: "d"},
+			{tenant: 1, conv: "c", id: "m1", text: "in", inbound: true},
+		}
+		for i, m := range msgs {
+			l.offer(m)
+			seq := int64(i + 1)
+			if m.tenant == 1 {
+				seq = 1
+			}
+			l.answer(m, 202, chaosAnswer{ID: m.id, MessageID: m.id, ConversationID: m.conv, Seq: seq})
+		}
+		l.count(len(msgs), 0, 0)
+		send := func(pnid, text, step string) chaosSend {
+			return chaosSend{PhoneNumberID: pnid, To: "c", Text: text, CallbackData: step}
+		}
+		faults := map[string]int{faultWorkerKill: 3, faultAPIKill: 1, faultPGRestart: 1, faultWorkerStall: 1}
+		return chaosInput{
+			ledger: l,
+			sends: []chaosSend{
+				send("P0", "a", "1"), send("P1", "in #1", "11"), send("P0", "b", "2"),
+				send("P1", "in #2", "12"), send("P0", "d", "4"),
+			},
+			provider: chaosProviderRecord{
+				faults: map[string]int{faultProvider500: 1, faultProviderTimeout: 1, faultProviderDelivered: 1,
+					faultProviderPairRate: 1, faultProviderPermanent: 1},
+				permanent: map[string]int{perm: 1},
+			},
+			ambiguous:   map[string]int{},
+			deadLetters: []chaosDeadLetter{{tenant: 0, messageID: "m3"}},
+			bad:         []chaosProbeSummary{{name: "malformed JSON", chaosProbeResult: chaosProbeResult{runs: 3}}},
+			faults:      faults,
+			planned:     faults,
+			settled:     true,
+		}
+	}
+
+	for _, tc := range []struct {
+		name   string
+		mutate func(in *chaosInput)
+		fails  string // the one check that must fail; "" for none
+	}{
+		{"clean run", func(in *chaosInput) {}, ""},
+		{"a text never sent", func(in *chaosInput) { in.sends = append(in.sends[:2], in.sends[3:]...) }, "nothing lost"},
+		{"a reply never sent", func(in *chaosInput) { in.sends = in.sends[:3] }, "nothing lost"},
+		{"a permanent failure never offered", func(in *chaosInput) {
+			in.provider.permanent = nil
+			in.deadLetters = nil
+		}, ""}, // two checks fail; judged below
+		{"a duplicate nobody counted", func(in *chaosInput) {
+			in.sends = append(in.sends, chaosSend{PhoneNumberID: "P0", To: "c", Text: "d", CallbackData: "4"})
+		}, "no duplicate beyond the ambiguous sends counted"},
+		{"a duplicate the engine counted", func(in *chaosInput) {
+			in.sends = append(in.sends, chaosSend{PhoneNumberID: "P0", To: "c", Text: "d", CallbackData: "4"})
+			in.ambiguous["4"] = 1
+		}, ""},
+		{"a text sent under two steps", func(in *chaosInput) {
+			in.sends = append(in.sends, chaosSend{PhoneNumberID: "P0", To: "c", Text: "d", CallbackData: "9"})
+			in.ambiguous["4"], in.ambiguous["9"] = 5, 5
+		}, "no duplicate beyond the ambiguous sends counted"},
+		{"ambiguous counts unreadable", func(in *chaosInput) { in.ambErr = errors.New("down") }, "no duplicate beyond the ambiguous sends counted"},
+		{"out of order", func(in *chaosInput) { in.sends[0], in.sends[2] = in.sends[2], in.sends[0] }, "strict order per conversation"},
+		{"replies out of order", func(in *chaosInput) { in.sends[1], in.sends[3] = in.sends[3], in.sends[1] }, "strict order per conversation"},
+		{"a refused request sent", func(in *chaosInput) {
+			in.sends = append(in.sends, chaosSend{PhoneNumberID: "P0", To: "c", Text: chaosRejected + " 1"})
+		}, "nothing sent that was not accepted"},
+		{"the same text in another tenant's conversation", func(in *chaosInput) {
+			in.sends = append(in.sends, chaosSend{PhoneNumberID: "P1", To: "c", Text: "a"})
+		}, "nothing sent that was not accepted"},
+		{"a dead letter missing", func(in *chaosInput) { in.deadLetters = nil }, "dead letters = the provider's permanent failures"},
+		{"a dead letter too many", func(in *chaosInput) {
+			in.deadLetters = append(in.deadLetters, chaosDeadLetter{tenant: 0, messageID: "m1"})
+		}, "dead letters = the provider's permanent failures"},
+		{"accepted twice", func(in *chaosInput) {
+			m := in.ledger.msgs[0]
+			in.ledger.answer(m, 202, chaosAnswer{ID: m.id, MessageID: m.id, ConversationID: m.conv, Seq: m.seq})
+		}, "accepted once"},
+		{"a repeat answered with another seq", func(in *chaosInput) {
+			m := in.ledger.msgs[0]
+			in.ledger.answer(m, 200, chaosAnswer{ID: m.id, MessageID: m.id, ConversationID: m.conv, Seq: 9, Duplicate: true})
+		}, "accepted once"},
+		{"a seq skipped", func(in *chaosInput) { in.ledger.msgs[3].seq = 5 }, "seq is the clients' order, without gaps"},
+		{"an offer never answered", func(in *chaosInput) { in.ledger.count(1, 3, 1) }, "every offer answered 2xx"},
+		{"a valid offer refused", func(in *chaosInput) {
+			in.ledger.reject(in.ledger.msgs[0], 400, []byte(`{"error":{}}`))
+		}, "every offer answered 2xx"},
+		{"a bad request answered wrong", func(in *chaosInput) {
+			in.bad[0].wrong, in.bad[0].firstWrong = 1, "want 400, got 500"
+		}, "bad input gets the contract's error and stores nothing"},
+		{"a credential mix-up", func(in *chaosInput) { in.provider.wrongToken = 1 }, "each tenant's credential and handler secret used for it alone"},
+		{"a bad handler signature", func(in *chaosInput) { in.handler.badSignature = 1 }, "each tenant's credential and handler secret used for it alone"},
+		{"no Postgres restart", func(in *chaosInput) {
+			in.faults = map[string]int{faultWorkerKill: 3, faultAPIKill: 1, faultWorkerStall: 1}
+		}, "every kind of fault injected"},
+		{"no pair-rate error", func(in *chaosInput) { delete(in.provider.faults, faultProviderPairRate) }, "every kind of fault injected"},
+		{"never settled", func(in *chaosInput) { in.settled = false }, "settled after the load"},
+		{"a data race", func(in *chaosInput) { in.logProblems = []string{"worker-1: WARNING: DATA RACE"} }, "no panic, fatal error or data race"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := setup()
+			tc.mutate(&in)
+			rep := chaosJudge(in)
+			var failed []string
+			for _, c := range rep.checks {
+				if !c.ok {
+					failed = append(failed, c.name)
+				}
+			}
+			want := []string{}
+			switch {
+			case tc.name == "a permanent failure never offered":
+				want = []string{"nothing lost", "dead letters = the provider's permanent failures"}
+			case tc.fails != "":
+				want = []string{tc.fails}
+			}
+			if strings.Join(failed, "|") != strings.Join(want, "|") {
+				t.Errorf("failed checks %q, want %q", failed, want)
+			}
+			if rep.failed() != len(want) {
+				t.Errorf("failed() = %d, want %d", rep.failed(), len(want))
+			}
+		})
+	}
+}
+
+// TestChaosFaultPlan: the plan is the seed's, and it holds every kind of
+// fault, the rare ones apart from each other.
+func TestChaosFaultPlan(t *testing.T) {
+	t.Parallel()
+	cfg := chaosConfig{Duration: 40 * time.Second, Seed: 7}.withDefaults()
+	a, b := newFaultPlan(cfg), newFaultPlan(cfg)
+	if len(a.events) != len(b.events) {
+		t.Fatalf("same seed, %d and %d events", len(a.events), len(b.events))
+	}
+	for i := range a.events {
+		if a.events[i] != b.events[i] {
+			t.Fatalf("same seed, event %d differs: %+v and %+v", i, a.events[i], b.events[i])
+		}
+	}
+	k := a.kinds()
+	for _, kind := range []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall} {
+		if k[kind] == 0 {
+			t.Errorf("no %s planned in %+v", kind, k)
+		}
+	}
+	for _, e := range a.events {
+		if e.kind == faultWorkerStall && e.at+e.pause > cfg.Duration {
+			t.Errorf("stall at %s for %s outlasts the load (%s)", e.at, e.pause, cfg.Duration)
+		}
+	}
+}

@@ -1,0 +1,405 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// chaosMsg is one message a client offers, and what it was answered.
+type chaosMsg struct {
+	tenant  int
+	conv    string
+	id      string
+	inbound bool
+	text    string
+	body    []byte
+
+	// Set by the ledger, under its lock.
+	accepted bool
+	seq      int64
+	ordoID   string
+	created  int // 202 answers: at most one, or the message was accepted twice
+	answers  int
+	mismatch int // answers that disagree with the first on id, seq or conversation
+}
+
+// permanent reports whether the provider fails this message's send for good.
+func (m *chaosMsg) permanent() bool {
+	return !m.inbound && strings.Contains(m.text, chaosUndeliverable)
+}
+
+// want is the texts the provider must receive for m, in order: the text of
+// an outbound message, the handler's replies to an inbound one, nothing for
+// a permanently failing one.
+func (m *chaosMsg) want() []string {
+	switch {
+	case m.inbound:
+		return chaosReplies(m.text)
+	case m.permanent():
+		return nil
+	}
+	return []string{m.text}
+}
+
+// convKey names a conversation across tenants.
+type chaosConvKey struct {
+	tenant int
+	conv   string
+}
+
+// ledger is the clients' record: every message offered and what it was
+// answered. With the provider's record it is all the checker reads.
+type chaosLedger struct {
+	pnids []string // phone_number_id per tenant
+
+	mu         sync.Mutex
+	msgs       []*chaosMsg
+	order      map[chaosConvKey][]*chaosMsg // accepted messages per conversation, in the order the clients were answered
+	copies     int
+	retries    int
+	rejected   []string // a valid offer answered 4xx
+	unanswered int      // copies that never got an answer
+}
+
+func newChaosLedger(pnids []string) *chaosLedger {
+	return &chaosLedger{pnids: pnids, order: make(map[chaosConvKey][]*chaosMsg)}
+}
+
+func (l *chaosLedger) offer(m *chaosMsg) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, m)
+}
+
+// acceptAnswer is the 2xx body of POST /v1/messages.
+type chaosAnswer struct {
+	ID             string `json:"id"`
+	MessageID      string `json:"message_id"`
+	ConversationID string `json:"conversation_id"`
+	Seq            int64  `json:"seq"`
+	Duplicate      bool   `json:"duplicate"`
+}
+
+func (l *chaosLedger) answer(m *chaosMsg, status int, a chaosAnswer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m.answers++
+	if status == http.StatusAccepted {
+		m.created++
+	}
+	if (status == http.StatusAccepted) == a.Duplicate || a.MessageID != m.id || a.ConversationID != m.conv {
+		m.mismatch++
+	}
+	if !m.accepted {
+		m.accepted, m.seq, m.ordoID = true, a.Seq, a.ID
+		k := chaosConvKey{m.tenant, m.conv}
+		l.order[k] = append(l.order[k], m)
+		return
+	}
+	if a.Seq != m.seq || a.ID != m.ordoID {
+		m.mismatch++
+	}
+}
+
+func (l *chaosLedger) reject(m *chaosMsg, status int, body []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rejected = append(l.rejected, fmt.Sprintf("%s: %d %s", m.id, status, bytes.TrimSpace(body)))
+}
+
+func (l *chaosLedger) count(copies, retries, unanswered int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.copies += copies
+	l.retries += retries
+	l.unanswered += unanswered
+}
+
+func (l *chaosLedger) offeredCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.msgs)
+}
+
+// accepted returns the accepted messages.
+func (l *chaosLedger) accepted() []*chaosMsg {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*chaosMsg
+	for _, m := range l.msgs {
+		if m.accepted {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// permanentMessages returns the accepted messages the provider fails for good.
+func (l *chaosLedger) permanentMessages() []*chaosMsg {
+	var out []*chaosMsg
+	for _, m := range l.accepted() {
+		if m.permanent() {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// apiClient talks to the API process like n8n's HTTP Request node would.
+type chaosClient struct {
+	base string
+	http *http.Client
+}
+
+func newChaosClient(base string) *chaosClient {
+	return &chaosClient{base: base, http: &http.Client{
+		Timeout:   15 * time.Second,
+		Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second},
+	}}
+}
+
+// do sends one request; auth is the whole Authorization header ("" for none).
+func (c *chaosClient) do(ctx context.Context, method, path, auth, contentType string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, nil, err
+	}
+	return resp.StatusCode, out, nil
+}
+
+// offerCopy posts one copy of m until it gets an answer: a connection error,
+// a timeout or a 5xx says nothing about whether m was accepted, so the same
+// message_id goes again, which the dedupe makes safe. False if ctx ended
+// first.
+// The body is m's unless another is given.
+func (l *chaosLoad) offerCopy(ctx context.Context, m *chaosMsg, body []byte) (retries int, answered bool) {
+	auth := "Bearer " + l.r.tenants[m.tenant].apiKey
+	if body == nil {
+		body = m.body
+	}
+	for {
+		status, answer, err := l.api.do(ctx, http.MethodPost, "/v1/messages", auth, "application/json", body)
+		switch {
+		case err == nil && status >= 200 && status < 300:
+			var a chaosAnswer
+			if json.Unmarshal(answer, &a) != nil {
+				l.ledger.reject(m, status, answer)
+			} else {
+				l.ledger.answer(m, status, a)
+			}
+			return retries, true
+		case err == nil && status < 500 && status != http.StatusTooManyRequests:
+			l.ledger.reject(m, status, answer)
+			return retries, true
+		}
+		retries++
+		select {
+		case <-ctx.Done():
+			return retries, false
+		case <-time.After(time.Duration(50+rand.IntN(200)) * time.Millisecond):
+		}
+	}
+}
+
+// deliver offers m in copies (1 to 3), one after another or all at once, and
+// returns once each copy was answered or ctx ended.
+func (l *chaosLoad) deliver(ctx context.Context, m *chaosMsg, copies int, concurrent bool) bool {
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		retries int
+		missing int
+	)
+	one := func() {
+		r, ok := l.offerCopy(ctx, m, nil)
+		mu.Lock()
+		retries += r
+		if !ok {
+			missing++
+		}
+		mu.Unlock()
+	}
+	for range copies {
+		if concurrent {
+			wg.Add(1)
+			go func() { defer wg.Done(); one() }()
+		} else {
+			one()
+		}
+	}
+	wg.Wait()
+	l.ledger.count(copies, retries, missing)
+	return missing == 0
+}
+
+// chaosConv is a conversation and the number of its next message.
+type chaosConv struct {
+	tenant int
+	index  int
+	id     string
+	next   int
+}
+
+// load is the clients: each owns a share of the conversations and offers
+// their messages one at a time, in order, each in 1 to 3 copies.
+type chaosLoad struct {
+	r      *chaosRun
+	api    *chaosClient
+	ledger *chaosLedger
+	convs  []*chaosConv
+}
+
+func newChaosLoad(r *chaosRun) *chaosLoad {
+	var pnids []string
+	for _, t := range r.tenants {
+		pnids = append(pnids, t.phoneNumberID)
+	}
+	l := &chaosLoad{r: r, api: newChaosClient(r.apiURL), ledger: newChaosLedger(pnids)}
+	for i := range r.cfg.Conversations {
+		t := i % len(r.tenants)
+		l.convs = append(l.convs, &chaosConv{tenant: t, index: i / len(r.tenants), id: chaosConversationID(t, i/len(r.tenants))})
+	}
+	return l
+}
+
+// conversationID names conversation j of tenant t: a phone number mostly,
+// and a few ids that probe the edges, shared by every tenant (the same id in
+// two tenants is two conversations).
+func chaosConversationID(t, j int) string {
+	switch j {
+	case 1:
+		return "O'Brien'); DROP TABLE ordo.conversations; --"
+	case 2:
+		return strings.Repeat("9", 256) // the longest id there is
+	case 3:
+		return "usuário ñ ☃ 会话"
+	}
+	return fmt.Sprintf("1%02d555%06d", t, j)
+}
+
+// newMessage makes conversation c's next message.
+func (l *chaosLoad) newMessage(c *chaosConv, rng *rand.Rand) *chaosMsg {
+	c.next++
+	n := c.next
+	tag := fmt.Sprintf("t%d-c%d-%d", c.tenant, c.index, n)
+	m := &chaosMsg{tenant: c.tenant, conv: c.id, id: tag, text: "msg " + tag}
+	switch {
+	case n%29 == 0:
+		m.id = "x'); DELETE FROM ordo.messages; -- " + tag
+	case n%31 == 0:
+		m.id = tag + "-" + strings.Repeat("é", 255-utf8.RuneCountInString(tag)) // 256 characters, 2 bytes each
+	}
+	switch {
+	case n%7 == 0:
+		m.text += ` O'Reilly "quoted" \ '); DROP TABLE ordo.steps; --`
+	case n%11 == 0:
+		m.text += " héllo 👋 مرحبا"
+	}
+	m.inbound = l.r.tenants[c.tenant].inbound && rng.IntN(10) < 3
+	if !m.inbound && ((c.index == 0 && n == 3) || rng.IntN(1000) < 3) {
+		m.text += " " + chaosUndeliverable
+	}
+	if m.inbound {
+		m.body, _ = json.Marshal(map[string]any{"message_id": m.id, "conversation_id": m.conv, "direction": "inbound",
+			"payload": map[string]any{"text": m.text, "from": m.conv}})
+	} else {
+		fields := map[string]any{"message_id": m.id, "conversation_id": m.conv, "type": "text", "text": map[string]string{"body": m.text}}
+		if n%2 == 0 {
+			fields["direction"], fields["to"] = "outbound", m.conv
+		}
+		m.body, _ = json.Marshal(fields)
+	}
+	return m
+}
+
+// run offers load until loadCtx ends; offers in flight then go on until
+// answered or answerCtx ends.
+func (l *chaosLoad) run(loadCtx, answerCtx context.Context) {
+	clients := min(l.r.cfg.Clients, len(l.convs))
+	mean := time.Duration(float64(time.Second) * float64(clients) / l.r.cfg.Rate)
+	var wg sync.WaitGroup
+	for c := range clients {
+		var mine []*chaosConv
+		for i := c; i < len(l.convs); i += clients {
+			mine = append(mine, l.convs[i])
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.client(loadCtx, answerCtx, chaosRand(l.r.cfg.Seed, uint64(100+c)), mine, mean)
+		}()
+	}
+	wg.Wait()
+}
+
+func (l *chaosLoad) client(loadCtx, answerCtx context.Context, rng *rand.Rand, convs []*chaosConv, mean time.Duration) {
+	var done []*chaosMsg // accepted, for late copies
+	for {
+		select {
+		case <-loadCtx.Done():
+			return
+		case <-time.After(time.Duration(rng.ExpFloat64() * float64(mean))):
+		}
+		if len(done) > 0 && rng.IntN(100) < 3 {
+			// A late copy of an old message: still a duplicate, with its
+			// original answer, whatever came since.
+			if !l.deliver(answerCtx, done[rng.IntN(len(done))], 1, false) {
+				return
+			}
+			continue
+		}
+		m := l.newMessage(convs[rng.IntN(len(convs))], rng)
+		l.ledger.offer(m)
+		copies := 1 + rng.IntN(3)
+		if !l.deliver(answerCtx, m, copies, copies > 1 && rng.IntN(2) == 0) {
+			return
+		}
+		done = append(done, m)
+	}
+}
+
+// outstanding counts the accepted messages not settled yet from the
+// provider's side: a text not delivered, or a permanent failure not answered.
+func chaosOutstanding(l *chaosLedger, sends []chaosSend, rec chaosProviderRecord) int {
+	delivered := chaosDelivered(sends)
+	n := 0
+	for _, m := range l.accepted() {
+		if m.permanent() {
+			if rec.permanent[m.text] == 0 {
+				n++
+			}
+			continue
+		}
+		for _, t := range m.want() {
+			if !delivered[chaosSendKey(l.pnids[m.tenant], m.conv, t)] {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
