@@ -3,8 +3,240 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
 )
 
+// The benchmark (`ordo bench`, `make bench`) measures ordo side by side with
+// the field's ceiling, the field's usual pattern and the physical floor, on
+// one private, durable PostgreSQL cluster, with the same load for each:
+//
+//   - ordo: `ordo serve` (REST ingest → drain → send), in a child process;
+//   - river-plain: an HTTP endpoint inserting one River job per message and
+//     a River worker sending it (no order, no dedupe), in a child process;
+//   - redis-lock: river-plain plus a Redis SET NX EX per conversation around
+//     the send, a snooze when it is taken, DEL at the end;
+//   - sql-floor: the bare SQL writes of one accepted-and-sent message in
+//     ordo's schema, no HTTP, no queue, no send.
+//
+// Every HTTP system sends through jobs/whatsapp.Client to the same fake
+// Cloud API (whatsapptest.Server) in the bench process, which is the judge:
+// throughput, latency, duplicates, order violations and losses all come from
+// what it received, never from what a system says about itself.
+//
+// Files: bench.go (command, flags, the run), bench_env.go (cluster, Redis,
+// databases, tenants), bench_child.go (a system in its own process),
+// bench_baseline.go (river-plain, redis-lock), bench_floor.go (sql-floor),
+// bench_load.go (load generator), bench_report.go (numbers, table, JSON).
+
+// Systems and scenarios, in the order they run and print.
+var (
+	benchSystems   = []string{"ordo", "river-plain", "redis-lock", "sql-floor"}
+	benchScenarios = []string{"spread", "hot", "latency", "backlog"}
+)
+
+// benchConfig is one `ordo bench` run. Sizes default to what finishes in a
+// few minutes on 2 cores; the issue's sizes are given in each flag's help.
+type benchConfig struct {
+	scenarios []string
+	systems   []string
+	out       string
+	// concurrency is the load generator's concurrent HTTP clients (and
+	// sql-floor's concurrent accepting sessions).
+	concurrency int
+	// workers is each system's concurrent senders: ordo's jobs.Config.Workers,
+	// the baselines' River MaxWorkers, sql-floor's finishing sessions.
+	workers int
+
+	spreadConvs, spreadMsgs   int
+	hotConvs, hotMsgs         int
+	latencyRate, latencyConvs int
+	latencyFor                time.Duration
+	backlogMsgs, backlogConvs int
+	backlogTenants            int
+
+	// sendRate is the bench tenants' send_rate (sends per second per phone
+	// number; 0 unpaced). The fake Cloud API has no limit and the baselines
+	// do not pace, so ordo does not either unless asked to.
+	sendRate int
+
+	redisTTL, redisSnooze time.Duration
+	// stall is how long a run may go without a single send before what is
+	// missing is counted lost.
+	stall time.Duration
+	// profile, when set, is a directory receiving each ordo child's CPU
+	// profile and each ordo run's top statements (pg_stat_statements).
+	profile string
+	// keep leaves the cluster directory in place after the run.
+	keep bool
+}
+
+func parseBenchFlags(env *environment, args []string) (benchConfig, error) {
+	var (
+		c        benchConfig
+		scenario string
+		systems  string
+		fs       = newFlagSet(env, "bench")
+	)
+	fs.StringVar(&scenario, "scenario", "all", "spread|hot|latency|backlog|all, or a comma-separated list")
+	fs.StringVar(&systems, "systems", strings.Join(benchSystems, ","), "systems to measure, comma-separated")
+	fs.StringVar(&c.out, "out", "bench-results.jsonl", "file receiving one JSON object per system and scenario")
+	fs.IntVar(&c.concurrency, "concurrency", 32, "concurrent load-generator clients, the same for every system")
+	fs.IntVar(&c.workers, "workers", 50, "concurrent senders per system (ordo --workers, River MaxWorkers)")
+	fs.IntVar(&c.spreadConvs, "spread-conversations", 2000, "conversations of the spread scenario (issue: 10000)")
+	fs.IntVar(&c.spreadMsgs, "spread-messages", 5, "messages per conversation in spread (issue: 5)")
+	fs.IntVar(&c.hotConvs, "hot-conversations", 100, "conversations of the hot scenario (issue: 100)")
+	fs.IntVar(&c.hotMsgs, "hot-messages", 100, "messages per conversation in hot (issue: 200)")
+	fs.IntVar(&c.latencyRate, "latency-rate", 500, "offered messages per second in the latency scenario (issue: 500)")
+	fs.DurationVar(&c.latencyFor, "latency-duration", 20*time.Second, "how long the latency scenario offers (issue: 60s)")
+	fs.IntVar(&c.latencyConvs, "latency-conversations", 1000, "conversations the latency scenario spreads over")
+	fs.IntVar(&c.backlogMsgs, "backlog-messages", 50000, "messages queued before the backlog drains (issue: 1000000)")
+	fs.IntVar(&c.backlogConvs, "backlog-conversations", 5000, "conversations of the backlog (issue: 100000)")
+	fs.IntVar(&c.backlogTenants, "backlog-tenants", 100, "tenants of the backlog (issue: 1000)")
+	fs.IntVar(&c.sendRate, "send-rate", 0, "ordo tenants' send_rate: sends/s per phone number (0: unpaced, like the baselines; ordo's default is 80, Meta's)")
+	fs.DurationVar(&c.redisTTL, "redis-ttl", 5*time.Second, "redis-lock: the conversation lock's expiry (SET NX EX)")
+	fs.DurationVar(&c.redisSnooze, "redis-snooze", 50*time.Millisecond, "redis-lock: how long a job snoozes when its conversation is locked")
+	fs.DurationVar(&c.stall, "stall", 30*time.Second, "a run with no send for this long ends; what is missing is lost")
+	fs.StringVar(&c.profile, "profile", "", "directory for ordo's CPU profiles and pg_stat_statements tops (off when empty)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the cluster directory afterwards")
+	if err := parseFlags(fs, args); err != nil {
+		return c, err
+	}
+	var err error
+	if c.scenarios, err = pickList("--scenario", scenario, benchScenarios); err != nil {
+		return c, err
+	}
+	if c.systems, err = pickList("--systems", systems, benchSystems); err != nil {
+		return c, err
+	}
+	for name, v := range map[string]int{
+		"concurrency": c.concurrency, "workers": c.workers,
+		"spread-conversations": c.spreadConvs, "spread-messages": c.spreadMsgs,
+		"hot-conversations": c.hotConvs, "hot-messages": c.hotMsgs,
+		"latency-rate": c.latencyRate, "latency-conversations": c.latencyConvs,
+		"backlog-messages": c.backlogMsgs, "backlog-conversations": c.backlogConvs, "backlog-tenants": c.backlogTenants,
+	} {
+		if v < 1 {
+			return c, fmt.Errorf("--%s must be at least 1", name)
+		}
+	}
+	if c.backlogConvs < c.backlogTenants || c.backlogMsgs < c.backlogConvs {
+		return c, errors.New("the backlog needs at least one conversation per tenant and one message per conversation")
+	}
+	if c.latencyFor < time.Second || c.stall < time.Second {
+		return c, errors.New("--latency-duration and --stall must be at least 1s")
+	}
+	return c, nil
+}
+
+// pickList parses "all" or a comma-separated subset of known, kept in
+// known's order.
+func pickList(flagName, value string, known []string) ([]string, error) {
+	if value == "all" {
+		return known, nil
+	}
+	var picked []string
+	for _, v := range strings.Split(value, ",") {
+		v = strings.TrimSpace(v)
+		if !slices.Contains(known, v) {
+			return nil, fmt.Errorf("%s: unknown %q (want %s or all)", flagName, v, strings.Join(known, ", "))
+		}
+		picked = append(picked, v)
+	}
+	var out []string
+	for _, k := range known {
+		if slices.Contains(picked, k) {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+// runBench is `ordo bench`; with --child it is one system's process instead.
 func runBench(ctx context.Context, env *environment, args []string) error {
-	return errors.New("not built yet")
+	if len(args) > 0 && args[0] == "--child" {
+		return runBenchChild(ctx, env, args[1:])
+	}
+	cfg, err := parseBenchFlags(env, args)
+	if err != nil {
+		return err
+	}
+	if cfg.profile != "" {
+		if cfg.profile, err = filepath.Abs(cfg.profile); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(cfg.profile, 0o755); err != nil {
+			return err
+		}
+	}
+	out, err := os.Create(cfg.out)
+	if err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	defer out.Close()
+
+	b, err := startBenchEnv(ctx, env, cfg)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+
+	b.printHeader()
+	var results []benchResult
+	for _, sc := range cfg.scenarios {
+		load := cfg.load(sc)
+		for _, sys := range cfg.systems {
+			b.logf("%s / %s: %d messages over %d conversations …", sc, sys, load.messages(), load.convs)
+			r, err := b.run(ctx, load, sys)
+			if err != nil {
+				return fmt.Errorf("%s / %s: %w", sc, sys, err)
+			}
+			b.logf("%s / %s: %s", sc, sys, r.summary())
+			results = append(results, r)
+			if err := printJSON(out, r); err != nil {
+				return err
+			}
+		}
+	}
+	printBenchTable(env.stdout, results)
+	printTargets(env.stdout, results)
+	fmt.Fprintf(env.stdout, "\nload average at the end: %s\nJSON lines: %s\n", loadAverage(), cfg.out)
+	return nil
+}
+
+// load returns the offered load of scenario sc.
+func (c benchConfig) load(sc string) benchLoad {
+	l := benchLoad{scenario: sc, tenants: 1, concurrency: c.concurrency}
+	switch sc {
+	case "spread":
+		l.convs, l.perConv = c.spreadConvs, c.spreadMsgs
+	case "hot":
+		l.convs, l.perConv = c.hotConvs, c.hotMsgs
+	case "latency":
+		l.convs, l.rate, l.duration = c.latencyConvs, c.latencyRate, c.latencyFor
+	case "backlog":
+		l.convs, l.tenants, l.backlog = c.backlogConvs, c.backlogTenants, true
+		l.total = c.backlogMsgs
+	}
+	return l
+}
+
+// run measures one system under one load.
+func (b *benchEnv) run(ctx context.Context, l benchLoad, system string) (benchResult, error) {
+	if err := b.checkpoint(ctx); err != nil {
+		return benchResult{}, err
+	}
+	if system == "sql-floor" {
+		return b.runFloor(ctx, l)
+	}
+	return b.runHTTP(ctx, l, system)
+}
+
+// logf reports progress on stderr; stdout carries only the results.
+func (b *benchEnv) logf(format string, args ...any) {
+	fmt.Fprintf(b.env.stderr, "bench %s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 }

@@ -1,0 +1,360 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ordo-dev/ordo/jobs"
+	"github.com/ordo-dev/ordo/jobs/whatsapp/whatsapptest"
+)
+
+// Every HTTP system runs in a process of its own (this binary, `ordo bench
+// --child …`), so that the load generator and the fake Cloud API in the
+// bench process do not count against it, and its peak RSS is its own. The
+// ordo child is `ordo serve` itself (serve() with the same jobs.Config a
+// production server gets).
+
+// childSpec is what one child process runs.
+type childSpec struct {
+	system      string // ordo, river-plain, redis-lock
+	role        string // all, api (ingest only), worker (sending only)
+	databaseURL string
+	whatsappURL string
+	tenantsFile string // baselines: tenants, keys and credentials
+	cpuProfile  string // file for a CPU profile; empty for none
+}
+
+// benchChild is a running child process.
+type benchChild struct {
+	cmd     *exec.Cmd
+	addr    string // the REST address; empty for a worker
+	done    chan error
+	logPath string
+}
+
+// startChild starts a system and waits until it serves.
+func (b *benchEnv) startChild(ctx context.Context, s childSpec) (*benchChild, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find the ordo binary: %w", err)
+	}
+	args := []string{"bench", "--child", "--system", s.system, "--role", s.role, "--workers", strconv.Itoa(b.cfg.workers)}
+	if s.tenantsFile != "" {
+		args = append(args, "--tenants", s.tenantsFile)
+	}
+	if s.system == "redis-lock" {
+		args = append(args, "--redis", b.redisAddr, "--redis-ttl", b.cfg.redisTTL.String(), "--redis-snooze", b.cfg.redisSnooze.String())
+	}
+	if s.cpuProfile != "" {
+		args = append(args, "--cpuprofile", s.cpuProfile)
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(),
+		"DATABASE_URL="+s.databaseURL,
+		"ORDO_ADDR=127.0.0.1:0",
+		"ORDO_MASTER_KEYS="+b.masterKey.Format(),
+		"ORDO_WHATSAPP_API_URL="+s.whatsappURL,
+		"ORDO_LOG_LEVEL=warn",
+	)
+	c := &benchChild{cmd: cmd, done: make(chan error, 1), logPath: filepath.Join(b.dir, fmt.Sprintf("run%d-%s-%s.log", b.runs, s.system, s.role))}
+	logFile, err := os.Create(c.logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = logFile
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		logFile.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", s.system, err)
+	}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if addr, ok := strings.CutPrefix(sc.Text(), "ready "); ok {
+				ready <- addr
+			}
+		}
+		c.done <- cmd.Wait() // after the last read of stdout, as exec wants
+		logFile.Close()
+	}()
+	select {
+	case c.addr = <-ready:
+		return c, nil
+	case err := <-c.done:
+		c.done <- err
+		return nil, fmt.Errorf("%s (%s) exited before serving: %v%s", s.system, s.role, err, c.logTail())
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("%s (%s) did not come up within a minute%s", s.system, s.role, c.logTail())
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		return nil, ctx.Err()
+	}
+}
+
+// peakRSSMB is the child's VmHWM so far.
+func (c *benchChild) peakRSSMB() float64 { return peakRSSMB(c.cmd.Process.Pid) }
+
+// cpuUsed is the CPU time the child used; valid once it exited.
+func (c *benchChild) cpuUsed() time.Duration {
+	if c.cmd.ProcessState == nil {
+		return 0
+	}
+	return c.cmd.ProcessState.UserTime() + c.cmd.ProcessState.SystemTime()
+}
+
+// stop shuts the child down as an operator would (SIGTERM: graceful), and
+// kills it if it does not exit within a minute.
+func (c *benchChild) stop() error {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-c.done:
+		c.done <- err
+		if err != nil {
+			return fmt.Errorf("child exited with %v%s", err, c.logTail())
+		}
+		return nil
+	case <-time.After(time.Minute):
+		_ = c.cmd.Process.Kill()
+		return fmt.Errorf("child did not stop within a minute; killed%s", c.logTail())
+	}
+}
+
+// logTail is the end of the child's log, for an error message.
+func (c *benchChild) logTail() string {
+	b, err := os.ReadFile(c.logPath)
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return "\n--- " + c.logPath + " (end) ---\n" + string(b)
+}
+
+// baselineTenant is one tenant as the baselines know it: they keep their
+// tenants in memory, so their ingest does no key lookup in the database.
+type baselineTenant struct {
+	Slug       string            `json:"slug"`
+	Key        string            `json:"key"`
+	Credential map[string]string `json:"credential"`
+}
+
+// baselineTenants writes n tenants for a baseline child and returns their keys.
+func (b *benchEnv) baselineTenants(n int) ([]string, string, error) {
+	list := make([]baselineTenant, n)
+	keys := make([]string, n)
+	for t := range n {
+		secret := make([]byte, 16)
+		_, _ = rand.Read(secret)
+		keys[t] = "bench_" + strconv.Itoa(t) + "_" + hex.EncodeToString(secret)
+		list[t] = baselineTenant{Slug: "bench-" + strconv.Itoa(t), Key: keys[t], Credential: benchCredential(t)}
+	}
+	data, _ := json.Marshal(list)
+	path := filepath.Join(b.dir, fmt.Sprintf("run%d-tenants.json", b.runs))
+	return keys, path, os.WriteFile(path, data, 0o600)
+}
+
+// runHTTP measures an HTTP system: offer the load over REST, wait for the
+// fake Cloud API to have everything (or to stall), judge what it received.
+func (b *benchEnv) runHTTP(ctx context.Context, l benchLoad, system string) (benchResult, error) {
+	template := riverTemplate
+	if system == "ordo" {
+		template = ordoTemplate
+	}
+	dbName, url, drop, err := b.newDatabase(ctx, template)
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer drop()
+	wa := whatsapptest.NewServer()
+	defer wa.Close()
+
+	spec := childSpec{system: system, databaseURL: url, whatsappURL: wa.URL()}
+	var keys []string
+	if system == "ordo" {
+		keys, err = b.ordoTenants(ctx, url, l.tenants)
+	} else {
+		keys, spec.tenantsFile, err = b.baselineTenants(l.tenants)
+	}
+	if err != nil {
+		return benchResult{}, fmt.Errorf("tenants: %w", err)
+	}
+	profiled := b.cfg.profile != "" && system == "ordo"
+	profile := func(role string) string {
+		if !profiled {
+			return ""
+		}
+		return filepath.Join(b.cfg.profile, fmt.Sprintf("ordo-%s-%s.cpu.pprof", l.scenario, role))
+	}
+	if profiled {
+		if err := b.resetStatements(ctx); err != nil {
+			return benchResult{}, err
+		}
+	}
+
+	var (
+		o      *offered
+		from   time.Time
+		rss    float64
+		sysCPU time.Duration
+		pgCPU  = b.postgresCPU()
+		xacts  = b.xacts(ctx, dbName)
+	)
+	run := func(role string, work func(c *benchChild) error) error {
+		spec.role, spec.cpuProfile = role, profile(role)
+		c, err := b.startChild(ctx, spec)
+		if err != nil {
+			return err
+		}
+		err = work(c)
+		rss = max(rss, c.peakRSSMB())
+		err = errors.Join(err, c.stop())
+		sysCPU += c.cpuUsed()
+		return err
+	}
+	ingest := func(c *benchChild) error {
+		rc := newRESTClient(c.addr, keys, l)
+		defer rc.close()
+		var err error
+		o, err = offer(ctx, l, rc.post)
+		return err
+	}
+	if l.backlog {
+		// Queue everything with the API alone, then drain with the workers
+		// alone: a backlog, as after an outage of the senders.
+		if err := run("api", ingest); err != nil {
+			return benchResult{}, err
+		}
+		b.logf("%s / %s: %d messages queued in %.1fs; draining", l.scenario, system, l.messages(), o.end.Sub(o.start).Seconds())
+		if err := run("worker", func(*benchChild) error {
+			from = time.Now()
+			return b.waitSends(ctx, wa, l.messages())
+		}); err != nil {
+			return benchResult{}, err
+		}
+	} else if err := run("all", func(c *benchChild) error {
+		if err := ingest(c); err != nil {
+			return err
+		}
+		from = o.start
+		return b.waitSends(ctx, wa, l.messages())
+	}); err != nil {
+		return benchResult{}, err
+	}
+
+	pgCPU = b.postgresCPU() - pgCPU
+	r := judge(l, system, o, wa.Sends(), from)
+	r.CPU = cpuPerMessage(sysCPU, pgCPU, l.messages())
+	r.XactsPerMsg = b.xactsPerMessage(ctx, dbName, xacts, l.messages())
+	r.PeakRSSMB = round1(rss)
+	r.ProviderRequests = wa.Attempts()
+	if l.backlog {
+		r.IngestS = round2(o.end.Sub(o.start).Seconds())
+	}
+	if profiled && b.statements {
+		file := filepath.Join(b.cfg.profile, fmt.Sprintf("ordo-%s.statements.txt", l.scenario))
+		if err := b.statementsTop(ctx, dbName, file); err != nil {
+			b.logf("pg_stat_statements: %v", err)
+		}
+	}
+	return r, nil
+}
+
+// waitSends waits until the fake Cloud API has n sends, or none came for
+// the stall period; what is missing then is judged lost.
+func (b *benchEnv) waitSends(ctx context.Context, wa *whatsapptest.Server, n int) error {
+	last, lastChange, lastLog := -1, time.Now(), time.Now()
+	for {
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := wa.WaitForSends(wctx, n)
+		cancel()
+		if err == nil {
+			// Anything still in flight (a duplicate) lands within this.
+			time.Sleep(500 * time.Millisecond)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		now := time.Now()
+		if a := wa.Attempts(); a != last {
+			last, lastChange = a, now
+		} else if now.Sub(lastChange) > b.cfg.stall {
+			b.logf("no send for %s: counting what is missing as lost", b.cfg.stall)
+			return nil
+		}
+		if now.Sub(lastLog) > 15*time.Second {
+			b.logf("  … %d of %d sent", last, n)
+			lastLog = now
+		}
+	}
+}
+
+// runBenchChild is `ordo bench --child --system S --role R …`: one system's
+// process.
+func runBenchChild(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet(env, "bench --child")
+	var (
+		system     = fs.String("system", "", "ordo, river-plain or redis-lock")
+		role       = fs.String("role", "all", "all, api or worker")
+		workers    = fs.Int("workers", 50, "concurrent senders")
+		tenantFile = fs.String("tenants", "", "baselines: the tenants file")
+		redisAddr  = fs.String("redis", "", "redis-lock: Redis address")
+		redisTTL   = fs.Duration("redis-ttl", 5*time.Second, "redis-lock: lock expiry")
+		snooze     = fs.Duration("redis-snooze", 50*time.Millisecond, "redis-lock: snooze when locked")
+		cpuProfile = fs.String("cpuprofile", "", "write a CPU profile here")
+	)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ready := func(addr string) { fmt.Fprintln(env.stdout, "ready", addr) }
+	switch *system {
+	case "ordo":
+		keys, err := masterKeys(env)
+		if err != nil {
+			return err
+		}
+		return serve(ctx, env, serverConfig{
+			role: *role, databaseURL: env.databaseURL, addr: env.addr, keys: keys,
+			jobs:  jobs.Config{Workers: *workers, WhatsAppAPIURL: env.whatsappAPIURL},
+			ready: ready,
+		})
+	case "river-plain", "redis-lock":
+		return runBaseline(ctx, env, baselineConfig{
+			role: *role, workers: *workers, tenantsFile: *tenantFile,
+			redisAddr: *redisAddr, redisTTL: *redisTTL, snooze: *snooze,
+			locking: *system == "redis-lock", ready: ready,
+		})
+	}
+	return fmt.Errorf("--system %q: want ordo, river-plain or redis-lock", *system)
+}

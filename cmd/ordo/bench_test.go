@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ordo-dev/ordo/jobs/whatsapp/whatsapptest"
+)
+
+// The bench's judging and load shaping are pure logic, tested here; the
+// measuring itself is `make bench`, never a timed test.
+
+func TestPercentileIsNearestRank(t *testing.T) {
+	t.Parallel()
+	values := make([]float64, 100)
+	for i := range values {
+		values[i] = float64(i + 1)
+	}
+	for _, c := range []struct{ p, want float64 }{{50, 50}, {95, 95}, {99, 99}, {100, 100}, {0, 1}} {
+		if got := percentile(values, c.p); got != c.want {
+			t.Errorf("p%.0f of 1..100 = %v, want %v", c.p, got, c.want)
+		}
+	}
+	if got := percentile(nil, 50); got != 0 {
+		t.Errorf("p50 of nothing = %v, want 0", got)
+	}
+}
+
+func TestDrainRatesCompareFirstAndLastTenth(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	var times []time.Time
+	// 100 completions: the first 50 at 100/s, the last 50 at 50/s.
+	for i := range 50 {
+		times = append(times, start.Add(time.Duration(i)*10*time.Millisecond))
+	}
+	for i := range 50 {
+		times = append(times, start.Add(time.Second+time.Duration(i)*20*time.Millisecond))
+	}
+	first, last := drainRates(times)
+	if first != 100 || last != 50 {
+		t.Errorf("drain rates = %v, %v msgs/s; want 100, 50", first, last)
+	}
+}
+
+func TestJudgeCountsWhatTheProviderReceived(t *testing.T) {
+	t.Parallel()
+	l := benchLoad{scenario: "spread", tenants: 1, convs: 2, perConv: 3}
+	// Messages 0, 2, 4 belong to conversation 0; 1, 3, 5 to conversation 1.
+	start := time.Now()
+	o := &offered{sent: make([]time.Time, 6), accepted: make([]time.Time, 6), start: start}
+	for i := range o.sent {
+		o.sent[i] = start
+	}
+	send := func(i int, after time.Duration) whatsapptest.Send {
+		return whatsapptest.Send{To: conversationID(l.conv(i)), Text: messageID(i), At: start.Add(after)}
+	}
+	sends := []whatsapptest.Send{
+		send(0, 10*time.Millisecond),
+		send(4, 20*time.Millisecond), // overtakes message 2: an order violation
+		send(2, 30*time.Millisecond),
+		send(1, 40*time.Millisecond),
+		send(1, 50*time.Millisecond), // sent twice: a duplicate
+		send(3, 100*time.Millisecond),
+		// message 5 never arrives: lost
+	}
+	r := judge(l, "river-plain", o, sends, start)
+	if r.Messages != 6 || r.Conversations != 2 {
+		t.Errorf("messages, conversations = %d, %d; want 6, 2", r.Messages, r.Conversations)
+	}
+	if r.Duplicates != 1 || r.OrderViolations != 1 || r.Lost != 1 {
+		t.Errorf("duplicates, order violations, lost = %d, %d, %d; want 1, 1, 1", r.Duplicates, r.OrderViolations, r.Lost)
+	}
+	// Five distinct messages delivered, the last 100ms after the first offer.
+	if r.Throughput != 50 || r.DurationS != 0.1 {
+		t.Errorf("throughput %v msgs/s over %vs; want 50 over 0.1", r.Throughput, r.DurationS)
+	}
+	// Latencies (first delivery): 10, 20, 30, 40, 100 ms.
+	if r.Latency.P50 != 30 || r.Latency.P99 != 100 {
+		t.Errorf("latency p50 %v, p99 %v; want 30, 100", r.Latency.P50, r.Latency.P99)
+	}
+}
+
+func TestOfferKeepsEachConversationInOrder(t *testing.T) {
+	t.Parallel()
+	for _, l := range []benchLoad{
+		{scenario: "hot", tenants: 1, convs: 7, perConv: 20, concurrency: 3},
+		{scenario: "latency", tenants: 1, convs: 3, rate: 400, duration: 100 * time.Millisecond, concurrency: 3},
+	} {
+		t.Run(l.scenario, func(t *testing.T) {
+			t.Parallel()
+			var (
+				mu       sync.Mutex
+				seen     = map[int][]int{} // conversation → message indexes in acceptance order
+				attempts = map[int]int{}
+			)
+			o, err := offer(context.Background(), l, func(ctx context.Context, i int) error {
+				mu.Lock()
+				defer mu.Unlock()
+				attempts[i]++
+				if i == 5 && attempts[i] == 1 {
+					return errRetry // offered again, still in order
+				}
+				seen[l.conv(i)] = append(seen[l.conv(i)], i)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			total := 0
+			for c, list := range seen {
+				for k, i := range list {
+					if i != c+k*l.convs {
+						t.Fatalf("conversation %d accepted %v: not in order", c, list)
+					}
+				}
+				total += len(list)
+			}
+			if total != l.messages() || o.retries.Load() != 1 {
+				t.Errorf("accepted %d of %d with %d retries; want all, 1 retry", total, l.messages(), o.retries.Load())
+			}
+			for i, at := range o.accepted {
+				if at.IsZero() || at.Before(o.sent[i]) {
+					t.Fatalf("message %d: accepted %v, sent %v", i, at, o.sent[i])
+				}
+			}
+		})
+	}
+}
+
+func TestOfferStopsOnAnError(t *testing.T) {
+	t.Parallel()
+	l := benchLoad{scenario: "spread", tenants: 1, convs: 4, perConv: 50, concurrency: 2}
+	boom := errors.New("400 Bad Request")
+	_, err := offer(context.Background(), l, func(ctx context.Context, i int) error {
+		if i == 10 {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("offer = %v, want the failure", err)
+	}
+}
+
+func TestPickListKeepsKnownOrder(t *testing.T) {
+	t.Parallel()
+	got, err := pickList("--systems", "sql-floor, ordo", benchSystems)
+	if err != nil || len(got) != 2 || got[0] != "ordo" || got[1] != "sql-floor" {
+		t.Errorf("pickList = %v, %v; want [ordo sql-floor]", got, err)
+	}
+	if _, err := pickList("--scenario", "spread,nope", benchScenarios); err == nil {
+		t.Error("an unknown scenario was accepted")
+	}
+}
+
+func TestParseBaselineMessageMatchesTheRESTBody(t *testing.T) {
+	t.Parallel()
+	a, err := parseBaselineMessage("acme", restBody(7, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"text":{"body":"m7"},"to":"15550000003","type":"text"}`
+	if a.MessageID != "m7" || a.Conversation != conversationID(3) || string(a.Message) != want {
+		t.Errorf("parsed %+v (message %s); want m7 to %s as %s", a, a.Message, conversationID(3), want)
+	}
+	if _, err := parseBaselineMessage("acme", []byte(`{"message_id":"x","conversation_id":"y"}`)); err == nil {
+		t.Error("a message without type was accepted")
+	}
+}
