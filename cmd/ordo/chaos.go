@@ -381,6 +381,12 @@ func (r *chaosRun) exercise(ctx context.Context) (*chaosReport, error) {
 	r.log.start = r.start
 	r.log.mu.Unlock()
 	ld := newChaosLoad(r)
+	r.provider.watch(ld.ledger)
+	tenantOf := make(map[string]int)
+	for i, t := range r.tenants {
+		tenantOf[t.slug] = i
+	}
+	r.handler.firstCall = func(slug, id string) { r.provider.judgeHandlerCall(tenantOf[slug], id) }
 	bad := newChaosProber(r, ld.ledger)
 	faults := newFaultPlan(cfg)
 	faults.print(r.log)

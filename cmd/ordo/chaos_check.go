@@ -187,6 +187,9 @@ func chaosJudge(in chaosInput) *chaosReport {
 	}
 	rep.add("nothing lost", rep.lost == 0, fmt.Sprintf("%d accepted messages neither sent nor failed permanently", rep.lost), append(lostDetails, neverTried...)...)
 	rep.add("strict order per conversation", rep.orderViolations == 0, fmt.Sprintf("%d order violations", rep.orderViolations), orderDetails...)
+	rep.add("each message starts after the one before it finished", len(in.provider.early) == 0,
+		fmt.Sprintf("%d of %d starts (first send of a text, first handler call) came before the earlier messages were sent or failed for good", len(in.provider.early), in.provider.started),
+		in.provider.early...)
 	rep.add("nothing sent that was not accepted", rep.unexpected == 0, fmt.Sprintf("%d unexpected sends (refused requests, repeats' other bodies)", rep.unexpected), unexpectedDetails...)
 
 	// 5. Duplicates: each extra delivery of a text must be covered by an

@@ -84,6 +84,9 @@ func TestChaosJudge(t *testing.T) {
 		{"ambiguous counts unreadable", func(in *chaosInput) { in.ambErr = errors.New("down") }, "no duplicate beyond the ambiguous sends counted"},
 		{"out of order", func(in *chaosInput) { in.sends[0], in.sends[2] = in.sends[2], in.sends[0] }, "strict order per conversation"},
 		{"replies out of order", func(in *chaosInput) { in.sends[1], in.sends[3] = in.sends[3], in.sends[1] }, "strict order per conversation"},
+		{"a message started early", func(in *chaosInput) {
+			in.provider.early = []string{`"m4" (seq 4) started before "b" of "m2" (seq 2) was sent`}
+		}, "each message starts after the one before it finished"},
 		{"a refused request sent", func(in *chaosInput) {
 			in.sends = append(in.sends, chaosSend{PhoneNumberID: "P0", To: "c", Text: chaosRejected + " 1"})
 		}, "nothing sent that was not accepted"},
@@ -169,6 +172,54 @@ func TestChaosFaultPlan(t *testing.T) {
 	for _, e := range a.events {
 		if e.kind == faultWorkerStall && e.at+e.pause > cfg.Duration {
 			t.Errorf("stall at %s for %s outlasts the load (%s)", e.at, e.pause, cfg.Duration)
+		}
+	}
+}
+
+// TestChaosStartedEarly: the provider's judgement of when a message starts.
+func TestChaosStartedEarly(t *testing.T) {
+	t.Parallel()
+	l := newChaosLedger([]string{"P0"})
+	a := &chaosMsg{tenant: 0, conv: "c", id: "a", text: "a"}
+	p := &chaosMsg{tenant: 0, conv: "c", id: "p", text: "p " + chaosUndeliverable}
+	in := &chaosMsg{tenant: 0, conv: "c", id: "in", text: "in", inbound: true}
+	b := &chaosMsg{tenant: 0, conv: "c", id: "b", text: "b"}
+	other := &chaosMsg{tenant: 0, conv: "d", id: "o", text: "o"}
+	for _, m := range []*chaosMsg{a, p, in, b, other} {
+		l.offer(m)
+	}
+	key := func(text string) string { return chaosSendKey("P0", "c", text) }
+	settledOf := func(keys ...string) func(k, text string) bool {
+		return func(k, text string) bool {
+			for _, s := range keys {
+				if s == k {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		start   string // send key, or "" for the handler call of id
+		id      string
+		settled []string
+		early   bool
+	}{
+		{"first message", key("a"), "", nil, false},
+		{"another conversation is independent", chaosSendKey("P0", "d", "o"), "", nil, false},
+		{"before its predecessor was sent", key("p " + chaosUndeliverable), "", nil, true},
+		{"after its predecessor was sent", key("p " + chaosUndeliverable), "", []string{key("a")}, false},
+		{"handler call before a permanent failure settled", "", "in", []string{key("a")}, true},
+		{"handler call after", "", "in", []string{key("a"), key("p " + chaosUndeliverable)}, false},
+		{"second reply before the first", key("in #2"), "", []string{key("a"), key("p " + chaosUndeliverable)}, true},
+		{"second reply after the first", key("in #2"), "", []string{key("a"), key("p " + chaosUndeliverable), key("in #1")}, false},
+		{"next message before the replies", key("b"), "", []string{key("a"), key("p " + chaosUndeliverable), key("in #1")}, true},
+		{"next message after", key("b"), "", []string{key("a"), key("p " + chaosUndeliverable), key("in #1"), key("in #2")}, false},
+	} {
+		got := l.startedEarly(tc.start, 0, tc.id, settledOf(tc.settled...))
+		if (got != "") != tc.early {
+			t.Errorf("%s: startedEarly = %q, want early %v", tc.name, got, tc.early)
 		}
 	}
 }

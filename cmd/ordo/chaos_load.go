@@ -64,6 +64,9 @@ type chaosLedger struct {
 	mu         sync.Mutex
 	msgs       []*chaosMsg
 	order      map[chaosConvKey][]*chaosMsg // accepted messages per conversation, in the order the clients were answered
+	offers     map[chaosConvKey][]*chaosMsg // offered messages per conversation: one at a time, so in seq order
+	byText     map[string]*chaosMsg         // chaosSendKey of each text a message may send → the message
+	byID       map[string]*chaosMsg         // tenant index and message_id → the message
 	copies     int
 	retries    int
 	rejected   []string // a valid offer answered 4xx
@@ -71,13 +74,64 @@ type chaosLedger struct {
 }
 
 func newChaosLedger(pnids []string) *chaosLedger {
-	return &chaosLedger{pnids: pnids, order: make(map[chaosConvKey][]*chaosMsg)}
+	return &chaosLedger{pnids: pnids, order: make(map[chaosConvKey][]*chaosMsg), offers: make(map[chaosConvKey][]*chaosMsg),
+		byText: make(map[string]*chaosMsg), byID: make(map[string]*chaosMsg)}
 }
 
+// offer records a new message, before its first copy is sent. A
+// conversation's next message is offered only once this one is answered.
 func (l *chaosLedger) offer(m *chaosMsg) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.msgs = append(l.msgs, m)
+	k := chaosConvKey{m.tenant, m.conv}
+	l.offers[k] = append(l.offers[k], m)
+	for _, t := range append(m.want(), m.text) {
+		l.byText[chaosSendKey(l.pnids[m.tenant], m.conv, t)] = m
+	}
+	l.byID[fmt.Sprint(m.tenant)+"\x00"+m.id] = m
+}
+
+// startedEarly judges the first request for a text (a send, or with text ""
+// the handler call of message id): every message before it in its
+// conversation, and the replies before it in its message, must be settled
+// by then — sent, or failed for good. It names what was not, or says "".
+func (l *chaosLedger) startedEarly(sendKey string, tenant int, id string, settled func(key, text string) bool) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := l.byText[sendKey]
+	if sendKey == "" {
+		m = l.byID[fmt.Sprint(tenant)+"\x00"+id]
+	}
+	if m == nil {
+		return "" // not ours: the unexpected-send check speaks for it
+	}
+	pnid := l.pnids[m.tenant]
+	for _, p := range l.offers[chaosConvKey{m.tenant, m.conv}] {
+		if p == m {
+			break
+		}
+		if p.permanent() {
+			if !settled(chaosSendKey(pnid, p.conv, p.text), p.text) {
+				return fmt.Sprintf("%.60q (seq %d) started before %.60q (seq %d) was failed for good", m.id, m.seq, p.id, p.seq)
+			}
+			continue
+		}
+		for _, t := range p.want() {
+			if !settled(chaosSendKey(pnid, p.conv, t), t) {
+				return fmt.Sprintf("%.60q (seq %d) started before %.60q of %.60q (seq %d) was sent", m.id, m.seq, t, p.id, p.seq)
+			}
+		}
+	}
+	for _, t := range m.want() {
+		if sendKey == "" || chaosSendKey(pnid, m.conv, t) == sendKey {
+			break
+		}
+		if !settled(chaosSendKey(pnid, m.conv, t), t) {
+			return fmt.Sprintf("a reply of %.60q started before %.60q was sent", m.id, t)
+		}
+	}
+	return ""
 }
 
 // acceptAnswer is the 2xx body of POST /v1/messages.

@@ -38,13 +38,15 @@ type chaosProvider struct {
 	seed        uint64
 	sendTimeout time.Duration
 
-	mu       sync.Mutex
-	tokens   map[string]string // phone_number_id → access token
-	attempts map[string]int    // requests per text
-	forced   []string          // provider faults still to inject once, early
-	slowTill time.Time         // until then, successful answers are held back by slowBy
-	slowBy   time.Duration
-	rec      chaosProviderRecord
+	mu        sync.Mutex
+	tokens    map[string]string // phone_number_id → access token
+	attempts  map[string]int    // requests per text
+	forced    []string          // provider faults still to inject once, early
+	slowTill  time.Time         // until then, successful answers are held back by slowBy
+	slowBy    time.Duration
+	ledger    *chaosLedger    // the clients' record, to judge when each message starts
+	delivered map[string]bool // chaosSendKey of every send delivered so far
+	rec       chaosProviderRecord
 }
 
 // providerRecord is what the provider did besides delivering.
@@ -57,6 +59,11 @@ type chaosProviderRecord struct {
 	// phone number's tenant: a credential mix-up.
 	wrongToken int
 	requests   int
+	// early lists the messages (their first send, or their handler call)
+	// that started before an earlier message of their conversation was
+	// settled; started counts the starts judged.
+	early   []string
+	started int
 }
 
 func newChaosProvider(seed uint64, sendTimeout time.Duration) *chaosProvider {
@@ -65,6 +72,7 @@ func newChaosProvider(seed uint64, sendTimeout time.Duration) *chaosProvider {
 		seed:        seed,
 		sendTimeout: sendTimeout,
 		tokens:      make(map[string]string),
+		delivered:   make(map[string]bool),
 		attempts:    make(map[string]int),
 		// Each kind happens at least once even in a short run.
 		forced: []string{faultProvider500, faultProviderDelivered, faultProviderTimeout, faultProviderPairRate},
@@ -92,13 +100,17 @@ func (p *chaosProvider) respond(req whatsapptest.Send, attempt int) whatsapptest
 	if d := whatsapptest.Default(req, attempt); d.Status != http.StatusOK {
 		return d
 	}
+	key := chaosSendKey(req.PhoneNumberID, req.To, req.Text)
+	if p.attempts[key] == 0 && p.rec.permanent[req.Text] == 0 {
+		p.judgeStart(key, 0, "")
+	}
 	if strings.Contains(req.Text, chaosUndeliverable) {
 		p.rec.permanent[req.Text]++
 		p.rec.faults[faultProviderPermanent]++
 		return whatsapptest.Response{Status: http.StatusBadRequest, ErrorCode: 131026}
 	}
-	p.attempts[req.Text]++
-	n := p.attempts[req.Text]
+	p.attempts[key]++
+	n := p.attempts[key]
 	var kind string
 	if n == 1 && len(p.forced) > 0 && p.rec.requests > 20 {
 		kind, p.forced = p.forced[0], p.forced[1:]
@@ -113,6 +125,9 @@ func (p *chaosProvider) respond(req whatsapptest.Send, attempt int) whatsapptest
 		case x < 80:
 			kind = faultProviderPairRate
 		}
+	}
+	if kind == "" || kind == faultProviderDelivered {
+		p.delivered[key] = true
 	}
 	if kind == "" {
 		if time.Now().Before(p.slowTill) {
@@ -144,6 +159,34 @@ func (p *chaosProvider) respond(req whatsapptest.Send, attempt int) whatsapptest
 	}
 }
 
+// watch makes the provider judge, at the first request for each text, that
+// the message started after the ones before it were settled.
+func (p *chaosProvider) watch(l *chaosLedger) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ledger = l
+}
+
+// judgeStart records a message that started early; p.mu is held. A send is
+// named by its key; a handler call by tenant and message id.
+func (p *chaosProvider) judgeStart(key string, tenant int, id string) {
+	if p.ledger == nil {
+		return
+	}
+	p.rec.started++
+	settled := func(k, text string) bool { return p.delivered[k] || p.rec.permanent[text] > 0 }
+	if v := p.ledger.startedEarly(key, tenant, id, settled); v != "" {
+		p.rec.early = append(p.rec.early, v)
+	}
+}
+
+// judgeHandlerCall is judgeStart for the first handler call of a message.
+func (p *chaosProvider) judgeHandlerCall(tenant int, id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.judgeStart("", tenant, id)
+}
+
 // slowDown holds back successful answers by d until t (delivered at once,
 // answered late), so that a worker can be stalled in the middle of a send.
 func (p *chaosProvider) slowDown(t time.Time, d time.Duration) {
@@ -161,6 +204,7 @@ func (p *chaosProvider) record() chaosProviderRecord {
 	for k, v := range p.rec.faults {
 		out.faults[k] = v
 	}
+	out.early = append([]string(nil), p.rec.early...)
 	out.permanent = make(map[string]int, len(p.rec.permanent))
 	for k, v := range p.rec.permanent {
 		out.permanent[k] = v
@@ -187,6 +231,9 @@ func chaosHash(seed uint64, s string, n int) uint64 {
 type chaosHandler struct {
 	srv  *httptest.Server
 	seed uint64
+
+	// firstCall, if set, is told of the first call for each message.
+	firstCall func(slug, messageID string)
 
 	mu       sync.Mutex
 	secrets  map[string]string // tenant slug → handler secret
@@ -250,7 +297,11 @@ func (h *chaosHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if fail {
 		h.rec.failures++
 	}
+	first := h.attempts[key] == 1
 	h.mu.Unlock()
+	if first && h.firstCall != nil {
+		h.firstCall(slug, call.MessageID)
+	}
 	if fail {
 		http.Error(w, "try again", http.StatusServiceUnavailable)
 		return
