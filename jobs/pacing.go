@@ -15,8 +15,9 @@ import (
 //     (PaceMaxSleep) and otherwise keeps the slot on its conversation and
 //     snoozes until then, so it never polls and never loses its place;
 //   - pair rate: a conversation is one user, so the minimum gap between two
-//     sends to a user is the conversation's pair_ready_at, waited for before
-//     a number slot is taken (a user's gap never holds up the number);
+//     sends to a user is the conversation's pair_ready_at (set from each
+//     send's answer), waited for before a number slot is taken (a user's gap
+//     never holds up the number);
 //   - a throttled number (Meta's 130429, 4, 80007) gets its next slot pushed
 //     out by the retry delay, slots already handed out inside that window are
 //     given up, so every conversation of the number slows down (slowNumber);
@@ -56,6 +57,10 @@ func (r *run) pace(ctx context.Context) (out outcome, ok bool, err error) {
 		}
 	}
 }
+
+// pairGapFromNow starts the user's pair gap after a send; ordo.reserve_send
+// makes the conversation's next send wait for it.
+const pairGapFromNow = `UPDATE ordo.conversations SET pair_ready_at = clock_timestamp() + $2::interval WHERE id = $1`
 
 // slowNumber pushes the phone number's next slot (and with it every
 // conversation of the number) out by $2 after Meta said it is over its

@@ -221,6 +221,11 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 		b.Queue(messageDone, m.pk)
 		b.Queue(moveHead, r.s.conv, m.seq)
 	}
+	if st.kind == "send" && r.tenant.PairGapMS > 0 {
+		// Counted from the answer, which came after Meta took the message:
+		// the gap holds at Meta's end too.
+		b.Queue(pairGapFromNow, r.s.conv, time.Duration(r.tenant.PairGapMS)*time.Millisecond)
+	}
 	if err := r.s.write(ctx, b); err != nil {
 		return outcome{}, err
 	}

@@ -17,7 +17,8 @@ ALTER TABLE ordo.conversations
     -- A send slot reserved on the phone number's pacing and not used yet: the
     -- drain snoozed until it and uses it when it comes back.
     ADD COLUMN send_slot_at  timestamptz,
-    -- The earliest time the next send to this user may start (pair gap).
+    -- The earliest time the next send to this user may start: the last
+    -- send's answer plus the tenant's pair gap (written by the drain).
     ADD COLUMN pair_ready_at timestamptz;
 
 ALTER TABLE ordo.steps
@@ -102,11 +103,8 @@ BEGIN
         wait := v_slot - v_now;
         RETURN;
     END IF;
-    IF v_ticket IS NOT NULL OR v_gap > 0 THEN
-        UPDATE ordo.conversations c SET
-            send_slot_at  = NULL,
-            pair_ready_at = CASE WHEN v_gap > 0 THEN greatest(v_slot, v_now) + make_interval(secs => v_gap / 1000.0) END
-        WHERE c.id = p_conv AND c.fence = p_fence;
+    IF v_ticket IS NOT NULL THEN
+        UPDATE ordo.conversations c SET send_slot_at = NULL WHERE c.id = p_conv AND c.fence = p_fence;
     END IF;
     verdict := 'go';
     wait := greatest(v_slot - v_now, interval '0');

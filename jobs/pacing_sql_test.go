@@ -1,0 +1,150 @@
+package jobs
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ordo-dev/ordo/sql/sqltest"
+)
+
+// ordo.reserve_send, the pacing's one decision, on its own: slots exactly
+// 1/send_rate apart, a reserved slot kept across calls, a throttle that
+// moves slots out, the pair gap, a paused tenant. Pinned on the database's
+// clock, so it holds however loaded the machine is.
+func TestReserveSendSpacing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := sqltest.New(t)
+	var tenant int64
+	// One send a second: reserved slots stay in the future however slow
+	// this test runs.
+	if err := pool.QueryRow(ctx, `INSERT INTO ordo.tenants (slug, send_rate) VALUES ('acme', 1) RETURNING id`).Scan(&tenant); err != nil {
+		t.Fatal(err)
+	}
+	convs := make([]int64, 6)
+	for i := range convs {
+		if _, err := pool.Exec(ctx, `SELECT ordo.enqueue_message('acme', 'c' || $1::int, 'm' || $1::int, 'outbound', '{}')`, i); err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT id FROM ordo.conversations WHERE conversation_id = 'c' || $1::int`, i).Scan(&convs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reserve := func(conv int64, horizon time.Duration) (string, time.Duration) {
+		t.Helper()
+		var (
+			verdict string
+			wait    *time.Duration
+		)
+		if err := pool.QueryRow(ctx, reserveSend, tenant, conv, 0, "P1", horizon).Scan(&verdict, &wait); err != nil {
+			t.Fatal(err)
+		}
+		if wait == nil {
+			return verdict, -1
+		}
+		return verdict, *wait
+	}
+	ticket := func(conv int64) time.Time {
+		t.Helper()
+		var at *time.Time
+		if err := pool.QueryRow(ctx, `SELECT send_slot_at FROM ordo.conversations WHERE id = $1`, conv).Scan(&at); err != nil || at == nil {
+			t.Fatalf("conversation %d has no reserved slot (%v)", conv, err)
+		}
+		return *at
+	}
+	nextSlot := func() time.Time {
+		t.Helper()
+		var at time.Time
+		if err := pool.QueryRow(ctx, `SELECT next_slot FROM ordo.send_pacing WHERE phone_number_id = 'P1'`).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+
+	// With no horizon to sleep in, the first send goes and the next four
+	// keep slots 1/send_rate apart.
+	if v, w := reserve(convs[0], 0); v != "go" || w != 0 {
+		t.Fatalf("first send: %s %s; want go now", v, w)
+	}
+	for _, c := range convs[1:5] {
+		if v, w := reserve(c, 0); v != "wait" || w <= 0 || w > 5*time.Second {
+			t.Fatalf("conversation %d: %s %s; want a short wait", c, v, w)
+		}
+	}
+	const spacing = time.Second
+	for i := 2; i < 5; i++ {
+		if d := ticket(convs[i]).Sub(ticket(convs[i-1])); d != spacing {
+			t.Fatalf("slots %d and %d are %s apart, want %s", i-1, i, d, spacing)
+		}
+	}
+	if d := nextSlot().Sub(ticket(convs[4])); d != spacing {
+		t.Fatalf("next slot %s after the last reserved one, want %s", d, spacing)
+	}
+	// Coming back keeps the slot: nothing new is reserved.
+	before := nextSlot()
+	if v, _ := reserve(convs[4], 0); v != "wait" || !nextSlot().Equal(before) {
+		t.Fatal("a conversation with a reserved slot reserved another")
+	}
+	// A slot within the horizon is taken (go after a sleep) and cleared.
+	if v, w := reserve(convs[1], time.Minute); v != "go" || w < 0 || w > 2*time.Second {
+		t.Fatalf("reserved slot within the horizon: %s %s", v, w)
+	}
+	var cleared bool
+	_ = pool.QueryRow(ctx, `SELECT send_slot_at IS NULL FROM ordo.conversations WHERE id = $1`, convs[1]).Scan(&cleared)
+	if !cleared {
+		t.Fatal("a used slot stayed on its conversation")
+	}
+
+	// Meta throttles the number for an hour: a slot reserved before, inside
+	// that hour, is given up for one after it.
+	if _, err := pool.Exec(ctx, slowNumber, "P1", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if v, w := reserve(convs[2], time.Minute); v != "wait" || w < 59*time.Minute {
+		t.Fatalf("reserved slot inside a throttle: %s %s; want a wait past the hour", v, w)
+	}
+	// An unpaced tenant still honours a throttle...
+	if _, err := pool.Exec(ctx, `UPDATE ordo.tenants SET send_rate = 0`); err != nil {
+		t.Fatal(err)
+	}
+	if v, w := reserve(convs[5], time.Minute); v != "wait" || w < 59*time.Minute {
+		t.Fatalf("unpaced during a throttle: %s %s", v, w)
+	}
+	// ...and otherwise always goes at once.
+	if _, err := pool.Exec(ctx, `DELETE FROM ordo.send_pacing; UPDATE ordo.conversations SET send_slot_at = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if v, w := reserve(convs[5], 0); v != "go" || w != 0 {
+			t.Fatalf("unpaced: %s %s; want go now", v, w)
+		}
+	}
+
+	// The pair gap holds a user's next send without taking a number slot.
+	if _, err := pool.Exec(ctx, `UPDATE ordo.tenants SET send_rate = 1, pair_gap_ms = 6000`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE ordo.conversations SET pair_ready_at = clock_timestamp() + interval '5 seconds' WHERE id = $1`, convs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if v, w := reserve(convs[0], time.Second); v != "wait" || w < 4*time.Second || w > 5*time.Second {
+		t.Fatalf("inside the pair gap: %s %s; want a wait of about 5s", v, w)
+	}
+	var rows int
+	_ = pool.QueryRow(ctx, `SELECT count(*) FROM ordo.send_pacing`).Scan(&rows)
+	if rows != 0 {
+		t.Fatal("waiting for the pair gap took a number slot")
+	}
+	if v, _ := reserve(convs[1], time.Second); v != "go" {
+		t.Fatalf("another user during the first's pair gap: %s; want go", v)
+	}
+
+	// A paused tenant does not send.
+	if _, err := pool.Exec(ctx, `UPDATE ordo.tenants SET sending_paused_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := reserve(convs[3], time.Second); v != "paused" {
+		t.Fatalf("paused tenant: %s", v)
+	}
+}
