@@ -398,6 +398,14 @@ func (r *chaosRun) exercise(ctx context.Context) (*chaosReport, error) {
 	answerCtx, stopAnswering := context.WithTimeout(ctx, cfg.Duration+2*time.Minute)
 	defer stopAnswering()
 
+	meta := newChaosMeta(r)
+	metaCtx, stopMeta := context.WithCancel(ctx)
+	defer stopMeta()
+	metaDone := make(chan struct{})
+	go func() {
+		defer close(metaDone)
+		meta.runStatuses(metaCtx)
+	}()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -417,8 +425,14 @@ func (r *chaosRun) exercise(ctx context.Context) (*chaosReport, error) {
 	r.log.printf("load stopped: %d messages offered; waiting for the system to settle", ld.ledger.offeredCount())
 
 	settled, waited := r.quiesce(ctx, ld.ledger)
-	// Late sends of a stalled worker or a reconcile have a moment to show.
+	// Late sends of a stalled worker or a reconcile have a moment to show,
+	// and Meta's side reports the last deliveries.
 	time.Sleep(2 * time.Second)
+	for deadline := time.Now().Add(time.Minute); meta.pending() > 0 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	stopMeta()
+	<-metaDone
 	deadLetters, dlErr := r.deadLetters(ctx)
 	r.stopAll()
 	r.log.printf("processes stopped")
@@ -429,6 +443,7 @@ func (r *chaosRun) exercise(ctx context.Context) (*chaosReport, error) {
 		sends:       r.provider.Sends(),
 		provider:    r.provider.record(),
 		handler:     r.handler.record(),
+		meta:        meta.record(),
 		ambiguous:   ambiguous,
 		ambErr:      ambErr,
 		deadLetters: deadLetters,

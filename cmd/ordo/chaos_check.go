@@ -32,6 +32,7 @@ type chaosInput struct {
 	sends       []chaosSend
 	provider    chaosProviderRecord
 	handler     chaosHandlerRecord
+	meta        chaosMetaRecord
 	ambiguous   map[string]int // step id → ambiguous sends the engine counted
 	ambErr      error
 	deadLetters []chaosDeadLetter
@@ -96,18 +97,24 @@ func chaosJudge(in chaosInput) *chaosReport {
 		rep.faults[k] = v
 	}
 
-	var accepted []*chaosMsg
+	var (
+		accepted []*chaosMsg
+		webhooks int
+	)
 	for _, m := range l.msgs {
 		if m.accepted {
 			accepted = append(accepted, m)
+		}
+		if m.webhook {
+			webhooks++
 		}
 	}
 	rep.accepted = len(accepted)
 
 	// 1. Every offer was answered, and every valid one with a 2xx.
 	rep.add("every offer answered 2xx", l.unanswered == 0 && len(l.rejected) == 0 && rep.accepted == rep.offered,
-		fmt.Sprintf("%d messages offered in %d copies (%d retries after errors), %d accepted, %d copies unanswered, %d refused",
-			rep.offered, rep.copies, rep.retries, rep.accepted, l.unanswered, len(l.rejected)), l.rejected...)
+		fmt.Sprintf("%d messages offered (%d as Meta's webhooks) in %d copies (%d retries after errors), %d accepted, %d copies unanswered, %d refused",
+			rep.offered, webhooks, rep.copies, rep.retries, rep.accepted, l.unanswered, len(l.rejected)), l.rejected...)
 
 	// 2. Accepted once: at most one 202 per message, and every answer the
 	// original's.
@@ -134,6 +141,9 @@ func chaosJudge(in chaosInput) *chaosReport {
 	})
 	for _, k := range convs {
 		for i, m := range l.order[k] {
+			if m.webhook {
+				break // a webhook's answer holds no seq
+			}
 			if m.seq != int64(i+1) {
 				gaps = append(gaps, fmt.Sprintf("tenant %d conversation %.40q: accepted #%d got seq %d", k.tenant, k.conv, i+1, m.seq))
 				break
@@ -149,7 +159,7 @@ func chaosJudge(in chaosInput) *chaosReport {
 	for _, k := range convs {
 		key := l.pnids[k.tenant] + "\x00" + k.conv
 		msgs := append([]*chaosMsg(nil), l.order[k]...)
-		sort.Slice(msgs, func(i, j int) bool { return msgs[i].seq < msgs[j].seq })
+		sort.SliceStable(msgs, func(i, j int) bool { return msgs[i].seq < msgs[j].seq }) // a webhook conversation: all 0, kept in the order accepted
 		for _, m := range msgs {
 			expected[key] = append(expected[key], m.want()...)
 			if m.permanent() {
@@ -278,6 +288,11 @@ func chaosJudge(in chaosInput) *chaosReport {
 	// 8. Secrets went where they belong.
 	rep.add("each tenant's credential and handler secret used for it alone", in.provider.wrongToken == 0 && in.handler.badSignature == 0,
 		fmt.Sprintf("%d sends with another token, %d handler calls with a bad signature (of %d)", in.provider.wrongToken, in.handler.badSignature, in.handler.calls))
+
+	// 8b. Meta's side could report every delivery.
+	rep.add("every status webhook answered 200", in.meta.unanswered == 0 && len(in.meta.refused) == 0 && in.meta.sent == len(in.sends),
+		fmt.Sprintf("%d of %d deliveries reported (%d retries after errors), %d unanswered, %d refused", in.meta.sent, len(in.sends), in.meta.retries, in.meta.unanswered, len(in.meta.refused)),
+		in.meta.refused...)
 
 	// 9. Every kind of fault happened.
 	var missing []string

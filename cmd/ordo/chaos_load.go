@@ -20,6 +20,7 @@ type chaosMsg struct {
 	conv    string
 	id      string
 	inbound bool
+	webhook bool // an end user's message, coming as Meta's webhook (its id is a wamid)
 	text    string
 	body    []byte
 
@@ -164,6 +165,29 @@ func (l *chaosLedger) answer(m *chaosMsg, status int, a chaosAnswer) {
 	}
 }
 
+// chaosWebhookAnswer is the 200 body of a webhook delivery.
+type chaosWebhookAnswer struct {
+	Accepted   int `json:"accepted"`
+	Duplicates int `json:"duplicates"`
+}
+
+// answerWebhook records a delivery of m's webhook answered 200: it holds m
+// alone, so it must say m was accepted now or before. No seq comes back.
+func (l *chaosLedger) answerWebhook(m *chaosMsg, a chaosWebhookAnswer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m.answers++
+	m.created += a.Accepted
+	if a.Accepted+a.Duplicates != 1 {
+		m.mismatch++
+	}
+	if !m.accepted {
+		m.accepted = true
+		k := chaosConvKey{m.tenant, m.conv}
+		l.order[k] = append(l.order[k], m)
+	}
+}
+
 func (l *chaosLedger) reject(m *chaosMsg, status int, body []byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -233,6 +257,11 @@ func (c *chaosClient) do(ctx context.Context, method, path, auth, contentType st
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
+	return c.send(req)
+}
+
+// send sends req and reads the answer.
+func (c *chaosClient) send(req *http.Request) (int, []byte, error) {
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, nil, err
@@ -256,8 +285,25 @@ func (l *chaosLoad) offerCopy(ctx context.Context, m *chaosMsg, body []byte) (re
 		body = m.body
 	}
 	for {
-		status, answer, err := l.api.do(ctx, http.MethodPost, "/v1/messages", auth, "application/json", body)
+		var (
+			status int
+			answer []byte
+			err    error
+		)
+		if m.webhook {
+			status, answer, err = l.api.postWebhook(ctx, l.r.tenants[m.tenant].slug, body)
+		} else {
+			status, answer, err = l.api.do(ctx, http.MethodPost, "/v1/messages", auth, "application/json", body)
+		}
 		switch {
+		case err == nil && m.webhook && status == http.StatusOK:
+			var a chaosWebhookAnswer
+			if json.Unmarshal(answer, &a) != nil {
+				l.ledger.reject(m, status, answer)
+			} else {
+				l.ledger.answerWebhook(m, a)
+			}
+			return retries, true
 		case err == nil && status >= 200 && status < 300:
 			var a chaosAnswer
 			if json.Unmarshal(answer, &a) != nil {
@@ -312,10 +358,11 @@ func (l *chaosLoad) deliver(ctx context.Context, m *chaosMsg, copies int, concur
 
 // chaosConv is a conversation and the number of its next message.
 type chaosConv struct {
-	tenant int
-	index  int
-	id     string
-	next   int
+	tenant  int
+	index   int
+	id      string
+	next    int
+	webhook bool // its messages come from the end user, as webhooks
 }
 
 // load is the clients: each owns a share of the conversations and offers
@@ -335,7 +382,10 @@ func newChaosLoad(r *chaosRun) *chaosLoad {
 	l := &chaosLoad{r: r, api: newChaosClient(r.apiURL), ledger: newChaosLedger(pnids)}
 	for i := range r.cfg.Conversations {
 		t := i % len(r.tenants)
-		l.convs = append(l.convs, &chaosConv{tenant: t, index: i / len(r.tenants), id: chaosConversationID(t, i/len(r.tenants))})
+		j := i / len(r.tenants)
+		// A fifth of the handler tenant's conversations are end users
+		// writing in through Meta's webhooks.
+		l.convs = append(l.convs, &chaosConv{tenant: t, index: j, id: chaosConversationID(t, j), webhook: r.tenants[t].inbound && j%5 == 4})
 	}
 	return l
 }
@@ -372,6 +422,11 @@ func (l *chaosLoad) newMessage(c *chaosConv, rng *rand.Rand) *chaosMsg {
 		m.text += ` O'Reilly "quoted" \ '); DROP TABLE ordo.steps; --`
 	case n%11 == 0:
 		m.text += " héllo 👋 مرحبا"
+	}
+	if c.webhook {
+		m.id, m.inbound, m.webhook = "wamid.chaos-"+tag, true, true
+		m.body = chaosInboundWebhook(l.r.tenants[c.tenant].phoneNumberID, c.id, m.id, m.text)
+		return m
 	}
 	m.inbound = l.r.tenants[c.tenant].inbound && rng.IntN(10) < 3
 	if !m.inbound && ((c.index == 0 && n == 3) || rng.IntN(1000) < 3) {

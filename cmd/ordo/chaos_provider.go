@@ -284,13 +284,24 @@ func (h *chaosHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad signature", http.StatusUnauthorized)
 		return
 	}
+	// The text is payload.text for a message sent through the REST API,
+	// payload.message.text.body for one that came as Meta's webhook.
 	var call struct {
 		MessageID string `json:"message_id"`
 		Payload   struct {
-			Text string `json:"text"`
+			Text    json.RawMessage `json:"text"`
+			Message struct {
+				Text struct {
+					Body string `json:"body"`
+				} `json:"text"`
+			} `json:"message"`
 		} `json:"payload"`
 	}
 	_ = json.Unmarshal(body, &call)
+	text := call.Payload.Message.Text.Body
+	if len(call.Payload.Text) > 0 {
+		_ = json.Unmarshal(call.Payload.Text, &text)
+	}
 	key := slug + ":" + call.MessageID
 	h.attempts[key]++
 	fail := chaosHash(h.seed, key, h.attempts[key])%100 < 3
@@ -307,7 +318,7 @@ func (h *chaosHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var replies []map[string]any
-	for _, t := range chaosReplies(call.Payload.Text) {
+	for _, t := range chaosReplies(text) {
 		replies = append(replies, map[string]any{"type": "text", "text": map[string]string{"body": t}})
 	}
 	w.Header().Set("Content-Type", "application/json")
