@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -258,8 +259,13 @@ func (r *chaosRun) setUp(ctx context.Context, dir string) error {
 	// Fast skips fsync, which only matters if the machine itself crashes;
 	// synchronous_commit stays on, so a 2xx is in the WAL before it is
 	// answered and an immediate restart (a crash of Postgres) keeps it.
+	pgPort, err := chaosFreePort()
+	if err != nil {
+		return err
+	}
 	r.cluster, err = pgcluster.Start(ctx, pgcluster.Config{
 		Dir:      filepath.Join(dir, "pg"),
+		Port:     pgPort,
 		Fast:     true,
 		Settings: map[string]string{"synchronous_commit": "on", "max_connections": "400"},
 	})
@@ -274,10 +280,11 @@ func (r *chaosRun) setUp(ctx context.Context, dir string) error {
 	}
 	r.provider = newChaosProvider(cfg.Seed, cfg.SendTimeout)
 	r.handler = newChaosHandler(cfg.Seed)
-	apiAddr, err := chaosFreeAddr()
+	apiPort, err := chaosFreePort()
 	if err != nil {
 		return err
 	}
+	apiAddr := "127.0.0.1:" + strconv.Itoa(apiPort)
 	r.apiURL = "http://" + apiAddr
 	r.env = append(os.Environ(), cfg.ExecEnv...)
 	r.env = append(r.env,
@@ -511,24 +518,42 @@ func (r *chaosRun) ambiguousCounts(ctx context.Context) (map[string]int, error) 
 	return out, rows.Err()
 }
 
-// freeLoopbackAddr returns a 127.0.0.1 address with a port free now; the
-// API process is restarted on the same one.
-func chaosFreeAddr() (string, error) {
+// chaosFreePort returns a port free on 127.0.0.1 now, below the range the
+// kernel hands out to outgoing connections: the API process and Postgres
+// are restarted on their port, and while they are down an outgoing
+// connection must not take it.
+func chaosFreePort() (int, error) {
+	lo := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				lo = n
+			}
+		}
+	}
+	for try := 0; lo > 12000 && try < 100; try++ {
+		port := 10000 + rand.IntN(lo-10000)
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			ln.Close()
+			return port, nil
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", err
+		return 0, err
 	}
 	defer ln.Close()
-	return ln.Addr().String(), nil
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// newRand returns the run's random source for one purpose: the same seed
+// chaosRand returns the run's random source for one purpose: the same seed
 // and stream give the same choices.
 func chaosRand(seed uint64, stream uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, stream))
 }
 
-// deadLetterRef names a dead letter by its tenant and message.
+// chaosDeadLetter names a dead letter by its tenant and message.
 type chaosDeadLetter struct {
 	tenant    int
 	messageID string

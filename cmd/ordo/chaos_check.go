@@ -12,7 +12,7 @@ import (
 
 type chaosSend = whatsapptest.Send
 
-// sendKey names a delivery: which business number sent what text to whom.
+// chaosSendKey names a delivery: which business number sent what text to whom.
 func chaosSendKey(pnid, to, text string) string { return pnid + "\x00" + to + "\x00" + text }
 
 func chaosDelivered(sends []chaosSend) map[string]bool {
@@ -23,7 +23,7 @@ func chaosDelivered(sends []chaosSend) map[string]bool {
 	return out
 }
 
-// checkInput is everything the checker reads: the clients' ledger, the
+// chaosInput is everything the checker reads: the clients' ledger, the
 // provider's record (its deliveries and its failures), and from ordo only
 // its count of ambiguous sends per step and its dead-letter listing (through
 // the API) — the two claims the checker holds against the provider's side.
@@ -84,7 +84,7 @@ func (r *chaosReport) add(name string, ok bool, summary string, details ...strin
 	r.checks = append(r.checks, chaosCheck{name: name, ok: ok, summary: summary, details: details})
 }
 
-// check judges a run.
+// chaosJudge judges a run.
 func chaosJudge(in chaosInput) *chaosReport {
 	l := in.ledger
 	l.mu.Lock()

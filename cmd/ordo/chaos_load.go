@@ -51,13 +51,13 @@ func (m *chaosMsg) want() []string {
 	return []string{m.text}
 }
 
-// convKey names a conversation across tenants.
+// chaosConvKey names a conversation across tenants.
 type chaosConvKey struct {
 	tenant int
 	conv   string
 }
 
-// ledger is the clients' record: every message offered and what it was
+// chaosLedger is the clients' record: every message offered and what it was
 // answered. With the provider's record it is all the checker reads.
 type chaosLedger struct {
 	pnids []string // phone_number_id per tenant
@@ -135,7 +135,7 @@ func (l *chaosLedger) startedEarly(sendKey string, tenant int, id string, settle
 	return ""
 }
 
-// acceptAnswer is the 2xx body of POST /v1/messages.
+// chaosAnswer is the 2xx body of POST /v1/messages.
 type chaosAnswer struct {
 	ID             string `json:"id"`
 	MessageID      string `json:"message_id"`
@@ -232,7 +232,7 @@ func (l *chaosLedger) permanentMessages() []*chaosMsg {
 	return out
 }
 
-// apiClient talks to the API process like n8n's HTTP Request node would.
+// chaosClient talks to the API process like n8n's HTTP Request node would.
 type chaosClient struct {
 	base string
 	http *http.Client
@@ -365,7 +365,7 @@ type chaosConv struct {
 	webhook bool // its messages come from the end user, as webhooks
 }
 
-// load is the clients: each owns a share of the conversations and offers
+// chaosLoad is the clients: each owns a share of the conversations and offers
 // their messages one at a time, in order, each in 1 to 3 copies.
 type chaosLoad struct {
 	r      *chaosRun
@@ -390,7 +390,7 @@ func newChaosLoad(r *chaosRun) *chaosLoad {
 	return l
 }
 
-// conversationID names conversation j of tenant t: a phone number mostly,
+// chaosConversationID names conversation j of tenant t: a phone number mostly,
 // and a few ids that probe the edges, shared by every tenant (the same id in
 // two tenants is two conversations).
 func chaosConversationID(t, j int) string {
@@ -491,7 +491,7 @@ func (l *chaosLoad) client(loadCtx, answerCtx context.Context, rng *rand.Rand, c
 	}
 }
 
-// outstanding counts the accepted messages not settled yet from the
+// chaosOutstanding counts the accepted messages not settled yet from the
 // provider's side: a text not delivered, or a permanent failure not answered.
 func chaosOutstanding(l *chaosLedger, sends []chaosSend, rec chaosProviderRecord) int {
 	delivered := chaosDelivered(sends)

@@ -12,11 +12,11 @@ import (
 	"time"
 )
 
-// rejectedMark is in every text of a request that must be refused: the
+// chaosRejected is in every text of a request that must be refused: the
 // provider receiving one means a refused request was stored after all.
 const chaosRejected = "REJECTED"
 
-// prober offers bad input, interleaved with the load: each request must get
+// chaosProber offers bad input, interleaved with the load: each request must get
 // the contract's error and store nothing, and the valid edge cases (ids of
 // exactly 256 characters, SQL-looking strings) must be accepted and sent as
 // they are.
@@ -30,7 +30,7 @@ type chaosProber struct {
 	edge    []*chaosMsg // accepted edge messages of tenant A, for repeats
 }
 
-// probeResult sums up one case over the run.
+// chaosProbeResult sums up one case over the run.
 type chaosProbeResult struct {
 	runs, wrong int
 	firstWrong  string
@@ -40,7 +40,7 @@ func newChaosProber(r *chaosRun, l *chaosLedger) *chaosProber {
 	return &chaosProber{r: r, api: newChaosClient(r.apiURL), ledger: l, results: make(map[string]*chaosProbeResult)}
 }
 
-// probeCase is one kind of request and the answer it must get.
+// chaosProbeCase is one kind of request and the answer it must get.
 type chaosProbeCase struct {
 	name string
 	run  func(ctx context.Context, round int) error // nil: answered as the contract says
@@ -295,7 +295,7 @@ func (p *chaosProber) acceptedOf(t int) *chaosMsg {
 	return nil
 }
 
-// results lists each case with its counts, in name order.
+// summary lists each case with its counts, in name order.
 func (p *chaosProber) summary() []chaosProbeSummary {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -307,7 +307,7 @@ func (p *chaosProber) summary() []chaosProbeSummary {
 	return out
 }
 
-// probeSummary is one case's result for the report.
+// chaosProbeSummary is one case's result for the report.
 type chaosProbeSummary struct {
 	name string
 	chaosProbeResult

@@ -16,7 +16,7 @@ import (
 	"github.com/ordo-dev/ordo/jobs/whatsapp/whatsapptest"
 )
 
-// undeliverable marks the texts of the chosen messages the provider fails
+// chaosUndeliverable marks the texts of the chosen messages the provider fails
 // permanently (131026, message undeliverable), every time: they, and only
 // they, must end as dead letters.
 const chaosUndeliverable = "[undeliverable]"
@@ -30,7 +30,7 @@ const (
 	faultProviderPermanent = "provider_permanent"         // 400, code 131026, on the chosen messages
 )
 
-// provider is the fake Cloud API with the run's failures: decided per
+// chaosProvider is the fake Cloud API with the run's failures: decided per
 // request from the seed, the text and the how-many-th request for that text
 // it is, so a run's provider behaves the same for the same load.
 type chaosProvider struct {
@@ -49,7 +49,7 @@ type chaosProvider struct {
 	rec       chaosProviderRecord
 }
 
-// providerRecord is what the provider did besides delivering.
+// chaosProviderRecord is what the provider did besides delivering.
 type chaosProviderRecord struct {
 	// faults counts injected failures per kind.
 	faults map[string]int
@@ -212,7 +212,7 @@ func (p *chaosProvider) record() chaosProviderRecord {
 	return out
 }
 
-// hashOf is a deterministic choice from the seed, a text and a number.
+// chaosHash is a deterministic choice from the seed, a text and a number.
 func chaosHash(seed uint64, s string, n int) uint64 {
 	h := fnv.New64a()
 	var b [8]byte
@@ -224,7 +224,7 @@ func chaosHash(seed uint64, s string, n int) uint64 {
 	return h.Sum64()
 }
 
-// handler is the tenants' handler (an n8n workflow, in real life): it checks
+// chaosHandler is the tenants' handler (an n8n workflow, in real life): it checks
 // ordo's signature and answers an inbound message with two replies, which
 // ordo must send in order before the conversation's next message. It fails
 // 3% of calls with a 503, which ordo retries.
@@ -241,14 +241,14 @@ type chaosHandler struct {
 	rec      chaosHandlerRecord
 }
 
-// handlerRecord is what the handler saw.
+// chaosHandlerRecord is what the handler saw.
 type chaosHandlerRecord struct {
 	calls        int
 	failures     int // 503s answered on purpose
 	badSignature int // calls whose X-Ordo-Signature did not verify
 }
 
-// replyTexts are the texts of the replies to an inbound message with text t.
+// chaosReplies are the texts of the replies to an inbound message with text t.
 func chaosReplies(t string) []string { return []string{t + " #1", t + " #2"} }
 
 func newChaosHandler(seed uint64) *chaosHandler {
