@@ -22,10 +22,13 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -440,6 +443,7 @@ func (r *chaosRun) exercise(ctx context.Context) (*chaosReport, error) {
 	}
 	stopMeta()
 	<-metaDone
+	unfinished := r.engineView(ctx, ld.ledger, time.Now().Add(max(cfg.Quiesce-waited, 30*time.Second)))
 	deadLetters, dlErr := r.deadLetters(ctx)
 	r.stopAll()
 	r.log.printf("processes stopped")
@@ -455,6 +459,7 @@ func (r *chaosRun) exercise(ctx context.Context) (*chaosReport, error) {
 		ambErr:      ambErr,
 		deadLetters: deadLetters,
 		dlErr:       dlErr,
+		unfinished:  unfinished,
 		bad:         bad.summary(),
 		faults:      r.log.counts(),
 		planned:     faults.kinds(),
@@ -487,6 +492,58 @@ func (r *chaosRun) quiesce(ctx context.Context, l *chaosLedger) (bool, time.Dura
 			return false, time.Since(start)
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// engineView waits, until deadline, for ordo's API to show every accepted
+// message finished — done, or dead for the ones the provider failed for
+// good — and returns the ones it does not. The provider's side can be
+// complete a little before ordo has written down the last outcomes (a
+// worker killed after a send is re-driven seconds later).
+func (r *chaosRun) engineView(ctx context.Context, l *chaosLedger, deadline time.Time) []string {
+	api := newChaosClient(r.apiURL)
+	todo := l.accepted()
+	for {
+		var (
+			mu    sync.Mutex
+			left  []string
+			again []*chaosMsg
+			wg    sync.WaitGroup
+			slots = make(chan struct{}, 16)
+		)
+		for _, m := range todo {
+			wg.Add(1)
+			slots <- struct{}{}
+			go func() {
+				defer func() { <-slots; wg.Done() }()
+				want := "done"
+				if m.permanent() {
+					want = "dead"
+				}
+				status, body, err := api.do(ctx, http.MethodGet, "/v1/messages/"+url.PathEscape(m.id), "Bearer "+r.tenants[m.tenant].apiKey, "", nil)
+				var got struct {
+					Status string `json:"status"`
+				}
+				if err == nil && status == http.StatusOK && json.Unmarshal(body, &got) == nil && got.Status == want {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				again = append(again, m)
+				if err != nil {
+					left = append(left, fmt.Sprintf("%.60q: %v", m.id, err))
+				} else {
+					left = append(left, fmt.Sprintf("%.60q: %d, status %q, want %q", m.id, status, got.Status, want))
+				}
+			}()
+		}
+		wg.Wait()
+		if len(again) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			sort.Strings(left)
+			return left
+		}
+		todo = again
+		time.Sleep(time.Second)
 	}
 }
 

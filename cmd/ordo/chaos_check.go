@@ -37,6 +37,7 @@ type chaosInput struct {
 	ambErr      error
 	deadLetters []chaosDeadLetter
 	dlErr       error
+	unfinished  []string // accepted messages ordo's API does not show finished
 	bad         []chaosProbeSummary
 	faults      map[string]int // process faults injected
 	planned     map[string]int
@@ -272,6 +273,10 @@ func chaosJudge(in chaosInput) *chaosReport {
 	sort.Strings(dlWrong)
 	rep.add("dead letters = the provider's permanent failures", len(dlWrong) == 0 && rep.deadLettered == rep.permanentFailed,
 		fmt.Sprintf("%d dead letters, %d messages failed permanently by the provider, %d chosen and accepted", rep.deadLettered, rep.permanentFailed, len(permanent)), dlWrong...)
+
+	// 6b. ordo's own view agrees with the provider's.
+	rep.add("ordo shows every accepted message finished", len(in.unfinished) == 0,
+		fmt.Sprintf("%d accepted messages not done (or, for the chosen ones, dead) in GET /v1/messages", len(in.unfinished)), in.unfinished...)
 
 	// 7. Bad input got the contract's answers.
 	var badWrong []string

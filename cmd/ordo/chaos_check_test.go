@@ -111,6 +111,9 @@ func TestChaosJudge(t *testing.T) {
 		{"a valid offer refused", func(in *chaosInput) {
 			in.ledger.reject(in.ledger.msgs[0], 400, []byte(`{"error":{}}`))
 		}, "every offer answered 2xx"},
+		{"a message ordo shows unfinished", func(in *chaosInput) {
+			in.unfinished = []string{`"m2": 200, status "running", want "done"`}
+		}, "ordo shows every accepted message finished"},
 		{"a bad request answered wrong", func(in *chaosInput) {
 			in.bad[0].wrong, in.bad[0].firstWrong = 1, "want 400, got 500"
 		}, "bad input gets the contract's error and stores nothing"},
