@@ -33,7 +33,11 @@ func TestChaosJudge(t *testing.T) {
 			}
 			l.answer(m, 202, chaosAnswer{ID: m.id, MessageID: m.id, ConversationID: m.conv, Seq: seq})
 		}
-		l.count(len(msgs), 0, 0)
+		hook := &chaosMsg{tenant: 1, conv: "w", id: "wamid.1", text: "hi", inbound: true, webhook: true}
+		l.offer(hook)
+		l.answerWebhook(hook, chaosWebhookAnswer{Accepted: 1})
+		l.answerWebhook(hook, chaosWebhookAnswer{Duplicates: 1}) // Meta's redelivery
+		l.count(len(msgs)+2, 0, 0)
 		send := func(pnid, text, step string) chaosSend {
 			return chaosSend{PhoneNumberID: pnid, To: "c", Text: text, CallbackData: step}
 		}
@@ -43,13 +47,15 @@ func TestChaosJudge(t *testing.T) {
 			sends: []chaosSend{
 				send("P0", "a", "1"), send("P1", "in #1", "11"), send("P0", "b", "2"),
 				send("P1", "in #2", "12"), send("P0", "d", "4"),
+				{PhoneNumberID: "P1", To: "w", Text: "hi #1", CallbackData: "21"},
+				{PhoneNumberID: "P1", To: "w", Text: "hi #2", CallbackData: "22"},
 			},
 			provider: chaosProviderRecord{
 				faults: map[string]int{faultProvider500: 1, faultProviderTimeout: 1, faultProviderDelivered: 1,
 					faultProviderPairRate: 1, faultProviderPermanent: 1},
 				permanent: map[string]int{perm: 1},
 			},
-			meta:        chaosMetaRecord{sent: 5},
+			meta:        chaosMetaRecord{sent: -1}, // every delivery reported: set below
 			ambiguous:   map[string]int{},
 			deadLetters: []chaosDeadLetter{{tenant: 0, messageID: "m3"}},
 			bad:         []chaosProbeSummary{{name: "malformed JSON", chaosProbeResult: chaosProbeResult{runs: 3}}},
@@ -102,6 +108,13 @@ func TestChaosJudge(t *testing.T) {
 			m := in.ledger.msgs[0]
 			in.ledger.answer(m, 202, chaosAnswer{ID: m.id, MessageID: m.id, ConversationID: m.conv, Seq: m.seq})
 		}, "accepted once"},
+		{"a webhook message accepted twice", func(in *chaosInput) {
+			in.ledger.answerWebhook(in.ledger.msgs[len(in.ledger.msgs)-1], chaosWebhookAnswer{Accepted: 1})
+		}, "accepted once"},
+		{"a webhook's replies out of order", func(in *chaosInput) {
+			n := len(in.sends)
+			in.sends[n-1], in.sends[n-2] = in.sends[n-2], in.sends[n-1]
+		}, "strict order per conversation"},
 		{"a repeat answered with another seq", func(in *chaosInput) {
 			m := in.ledger.msgs[0]
 			in.ledger.answer(m, 200, chaosAnswer{ID: m.id, MessageID: m.id, ConversationID: m.conv, Seq: 9, Duplicate: true})
@@ -125,14 +138,14 @@ func TestChaosJudge(t *testing.T) {
 		{"no pair-rate error", func(in *chaosInput) { delete(in.provider.faults, faultProviderPairRate) }, "every kind of fault injected"},
 		{"a status webhook never answered", func(in *chaosInput) { in.meta.unanswered = 1 }, "every status webhook answered 200"},
 		{"a status webhook refused", func(in *chaosInput) { in.meta.refused = []string{"400"} }, "every status webhook answered 200"},
-		{"a delivery never reported", func(in *chaosInput) { in.meta.sent = 4 }, "every status webhook answered 200"},
+		{"a delivery never reported", func(in *chaosInput) { in.meta.sent = len(in.sends) - 1 }, "every status webhook answered 200"},
 		{"never settled", func(in *chaosInput) { in.settled = false }, "settled after the load"},
 		{"a data race", func(in *chaosInput) { in.logProblems = []string{"worker-1: WARNING: DATA RACE"} }, "no panic, fatal error or data race"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := setup()
 			tc.mutate(&in)
-			if in.meta.sent == 5 { // Meta's side reported every delivery, whatever the case changed
+			if in.meta.sent == -1 { // Meta's side reported every delivery, whatever the case changed
 				in.meta.sent = len(in.sends)
 			}
 			rep := chaosJudge(in)
