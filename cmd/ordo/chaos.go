@@ -435,15 +435,16 @@ func (r *chaosRun) exercise(ctx context.Context) (*chaosReport, error) {
 	r.log.printf("load stopped: %d messages offered; waiting for the system to settle", ld.ledger.offeredCount())
 
 	settled, waited := r.quiesce(ctx, ld.ledger)
-	// Late sends of a stalled worker or a reconcile have a moment to show,
-	// and Meta's side reports the last deliveries.
+	// Late sends of a stalled worker or a reconcile have a moment to show;
+	// ordo writes down its last outcomes; Meta's side reports the last
+	// deliveries.
 	time.Sleep(2 * time.Second)
+	unfinished := r.engineView(ctx, ld.ledger, time.Now().Add(max(cfg.Quiesce-waited, 30*time.Second)))
 	for deadline := time.Now().Add(time.Minute); meta.pending() > 0 && time.Now().Before(deadline); {
 		time.Sleep(100 * time.Millisecond)
 	}
 	stopMeta()
 	<-metaDone
-	unfinished := r.engineView(ctx, ld.ledger, time.Now().Add(max(cfg.Quiesce-waited, 30*time.Second)))
 	deadLetters, dlErr := r.deadLetters(ctx)
 	r.stopAll()
 	r.log.printf("processes stopped")

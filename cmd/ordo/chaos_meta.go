@@ -39,8 +39,10 @@ type chaosMeta struct {
 
 // chaosMetaRecord counts the status webhooks.
 type chaosMetaRecord struct {
-	sent, retries, unanswered int
-	refused                   []string // answered 4xx
+	// taken counts the deliveries taken up for a status; sent the statuses
+	// answered 200.
+	taken, sent, retries, unanswered int
+	refused                          []string // answered 4xx
 }
 
 func newChaosMeta(r *chaosRun) *chaosMeta {
@@ -187,6 +189,7 @@ func (m *chaosMeta) record() chaosMetaRecord {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := m.statuses
+	out.taken = m.next
 	out.refused = append([]string(nil), m.statuses.refused...)
 	return out
 }
