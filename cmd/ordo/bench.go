@@ -68,8 +68,8 @@ type benchConfig struct {
 	// stall is how long a run may go without a single send before what is
 	// missing is counted lost.
 	stall time.Duration
-	// profile, when set, is a directory receiving each ordo child's CPU
-	// profile and each ordo run's top statements (pg_stat_statements).
+	// profile, when set, is a directory receiving each system process's CPU
+	// profile and each HTTP system run's top statements (pg_stat_statements).
 	profile string
 	// keep leaves the cluster directory in place after the run.
 	keep bool
@@ -101,7 +101,7 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, error) {
 	fs.DurationVar(&c.redisTTL, "redis-ttl", 5*time.Second, "redis-lock: the conversation lock's expiry (SET NX EX)")
 	fs.DurationVar(&c.redisSnooze, "redis-snooze", 50*time.Millisecond, "redis-lock: how long a job snoozes when its conversation is locked")
 	fs.DurationVar(&c.stall, "stall", 30*time.Second, "a run with no send for this long ends; what is missing is lost")
-	fs.StringVar(&c.profile, "profile", "", "directory for ordo's CPU profiles and pg_stat_statements tops (off when empty)")
+	fs.StringVar(&c.profile, "profile", "", "directory for CPU profiles and pg_stat_statements tops per system and scenario (off when empty)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the cluster directory afterwards")
 	if err := parseFlags(fs, args); err != nil {
 		return c, err

@@ -198,12 +198,12 @@ func (b *benchEnv) runHTTP(ctx context.Context, l benchLoad, system string) (ben
 	if err != nil {
 		return benchResult{}, fmt.Errorf("tenants: %w", err)
 	}
-	profiled := b.cfg.profile != "" && system == "ordo"
+	profiled := b.cfg.profile != ""
 	profile := func(role string) string {
 		if !profiled {
 			return ""
 		}
-		return filepath.Join(b.cfg.profile, fmt.Sprintf("ordo-%s-%s.cpu.pprof", l.scenario, role))
+		return filepath.Join(b.cfg.profile, fmt.Sprintf("%s-%s-%s.cpu.pprof", system, l.scenario, role))
 	}
 	if profiled {
 		if err := b.resetStatements(ctx); err != nil {
@@ -261,6 +261,7 @@ func (b *benchEnv) runHTTP(ctx context.Context, l benchLoad, system string) (ben
 		return benchResult{}, err
 	}
 
+	b.waitSessionsGone(ctx, dbName)
 	pgCPU = b.postgresCPU() - pgCPU
 	r := judge(l, system, o, wa.Sends(), from)
 	r.CPU = cpuPerMessage(sysCPU, pgCPU, l.messages())
@@ -271,8 +272,8 @@ func (b *benchEnv) runHTTP(ctx context.Context, l benchLoad, system string) (ben
 		r.IngestS = round2(o.end.Sub(o.start).Seconds())
 	}
 	if profiled && b.statements {
-		file := filepath.Join(b.cfg.profile, fmt.Sprintf("ordo-%s.statements.txt", l.scenario))
-		if err := b.statementsTop(ctx, dbName, file); err != nil {
+		file := filepath.Join(b.cfg.profile, fmt.Sprintf("%s-%s.statements.txt", system, l.scenario))
+		if err := b.statementsTop(ctx, dbName, url, file); err != nil {
 			b.logf("pg_stat_statements: %v", err)
 		}
 	}

@@ -367,7 +367,7 @@ func peakRSSMB(pid int) float64 {
 }
 
 // statementsTop writes the run's top statements by total time to file.
-func (b *benchEnv) statementsTop(ctx context.Context, database, file string) error {
+func (b *benchEnv) statementsTop(ctx context.Context, database, url, file string) error {
 	rows, err := b.admin.Query(ctx, `
 SELECT calls, round(total_exec_time::numeric, 1), round(mean_exec_time::numeric, 3), rows,
        regexp_replace(query, '\s+', ' ', 'g')
@@ -394,6 +394,9 @@ WHERE d.datname = $1 ORDER BY total_exec_time DESC LIMIT 30`, database)
 		fmt.Fprintf(&sb, "%10d %12.1f %10.3f %10d  %s\n", calls, total, mean, n, query)
 	}
 	if err := rows.Err(); err != nil {
+		return err
+	}
+	if err := tableStats(ctx, url, &sb); err != nil {
 		return err
 	}
 	return os.WriteFile(file, []byte(sb.String()), 0o644)
@@ -490,6 +493,19 @@ func (b *benchEnv) postgresCPU() time.Duration {
 	return total
 }
 
+// waitSessionsGone waits (up to 10s) until no session is left on database:
+// a session reports its statistics, and its CPU time reaches the
+// postmaster's account, only when it has ended.
+func (b *benchEnv) waitSessionsGone(ctx context.Context, database string) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		var n int
+		if err := b.admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = $1", database).Scan(&n); err != nil || n == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // xacts is how many transactions database has committed so far. Every
 // statement outside an explicit transaction is one, so per message it counts
 // the round trips a system makes to the database.
@@ -505,6 +521,39 @@ func (b *benchEnv) xactsPerMessage(ctx context.Context, database string, before 
 	if messages == 0 {
 		return 0
 	}
-	_, _ = b.admin.Exec(ctx, "SELECT pg_stat_clear_snapshot()")
 	return round1(float64(b.xacts(ctx, database)-before) / float64(messages))
+}
+
+// tableStats writes the writes each table of the run's database took, and
+// how many updates were HOT (no index touched).
+func tableStats(ctx context.Context, url string, sb *strings.Builder) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, `
+SELECT schemaname || '.' || relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, seq_scan, idx_scan
+FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd + n_tup_del > 0 ORDER BY n_tup_upd + n_tup_ins DESC`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	fmt.Fprintf(sb, "\n%-28s %10s %10s %10s %10s %10s %10s\n", "table", "inserts", "updates", "hot", "deletes", "seq_scans", "idx_scans")
+	for rows.Next() {
+		var (
+			name                   string
+			ins, upd, hot, del, ss int64
+			is                     *int64
+		)
+		if err := rows.Scan(&name, &ins, &upd, &hot, &del, &ss, &is); err != nil {
+			return err
+		}
+		var idx int64
+		if is != nil {
+			idx = *is
+		}
+		fmt.Fprintf(sb, "%-28s %10d %10d %10d %10d %10d %10d\n", name, ins, upd, hot, del, ss, idx)
+	}
+	return rows.Err()
 }

@@ -153,7 +153,8 @@ func (b *benchEnv) runFloor(ctx context.Context, l benchLoad) (benchResult, erro
 		return benchResult{}, ferr
 	}
 
-	pool.Close() // its sessions end and report their statistics
+	pool.Close()
+	b.waitSessionsGone(ctx, dbName)
 	pgCPU = b.postgresCPU() - pgCPU
 	r := judgeTimes(l, "sql-floor", o, finished, from)
 	r.CPU = cpuPerMessage(0, pgCPU, n)
