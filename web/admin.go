@@ -43,6 +43,7 @@ const adminHeader = "X-Ordo-Admin"
 
 const adminTenantsQuery = `
 SELECT t.slug, t.name, t.handler_url IS NOT NULL, t.on_dead_letter, t.ambiguous, t.max_attempts,
+       t.send_rate, t.pair_gap_ms, t.sending_paused_at, coalesce(t.sending_paused_reason, ''),
        coalesce((SELECT array_agg(cr.name ORDER BY cr.name) FROM ordo.credentials cr WHERE cr.tenant_id = t.id), '{}'),
        (SELECT count(*) FROM ordo.dead_letters d WHERE d.tenant_id = t.id AND d.resolved_at IS NULL),
        t.created_at
@@ -98,15 +99,23 @@ UNION ALL
 // of its credentials, never a secret nor the handler URL itself (n8n webhook
 // URLs are bearer secrets of their own).
 type AdminTenant struct {
-	Slug            string    `json:"slug"`
-	Name            string    `json:"name"`
-	HandlerURLSet   bool      `json:"handler_url_set"`
-	OnDeadLetter    string    `json:"on_dead_letter"`
-	Ambiguous       string    `json:"ambiguous"`
-	MaxAttempts     int       `json:"max_attempts"`
-	Credentials     []string  `json:"credentials"`
-	OpenDeadLetters int64     `json:"open_dead_letters"`
-	CreatedAt       time.Time `json:"created_at"`
+	Slug          string `json:"slug"`
+	Name          string `json:"name"`
+	HandlerURLSet bool   `json:"handler_url_set"`
+	OnDeadLetter  string `json:"on_dead_letter"`
+	Ambiguous     string `json:"ambiguous"`
+	MaxAttempts   int    `json:"max_attempts"`
+	// SendRate is sends per second per phone number (0: unpaced), PairGapMS
+	// the gap between two sends to one user.
+	SendRate  int `json:"send_rate"`
+	PairGapMS int `json:"pair_gap_ms"`
+	// SendingPausedAt is set while Meta refuses the tenant's credential or
+	// account: its messages wait for an operator's ordo tenant resume.
+	SendingPausedAt     *time.Time `json:"sending_paused_at"`
+	SendingPausedReason string     `json:"sending_paused_reason"`
+	Credentials         []string   `json:"credentials"`
+	OpenDeadLetters     int64      `json:"open_dead_letters"`
+	CreatedAt           time.Time  `json:"created_at"`
 }
 
 // AdminConversation is a conversation that is halted or has a backlog.

@@ -155,7 +155,8 @@ func TestAdminAuthCSRFAndSecrets(t *testing.T) {
 	a = e.call(t, request{method: http.MethodGet, path: "/admin/api/overview", header: auth})
 	mustStatus(t, "overview", a, http.StatusOK)
 	o := decode[web.AdminOverview](t, a)
-	if len(o.Tenants) != 1 || o.Tenants[0].Slug != "acme" || !o.Tenants[0].HandlerURLSet || strings.Join(o.Tenants[0].Credentials, ",") != "handler,whatsapp" {
+	if len(o.Tenants) != 1 || o.Tenants[0].Slug != "acme" || !o.Tenants[0].HandlerURLSet || strings.Join(o.Tenants[0].Credentials, ",") != "handler,whatsapp" ||
+		o.Tenants[0].SendRate != 80 || o.Tenants[0].SendingPausedAt != nil {
 		t.Errorf("overview tenants: %+v", o.Tenants)
 	}
 	if len(o.Messages) != 2 || o.Messages[0].MessageID != "adm-2" || o.Messages[0].Status != "done" || o.Messages[0].SendsDone != 1 {
@@ -163,6 +164,13 @@ func TestAdminAuthCSRFAndSecrets(t *testing.T) {
 	}
 	if len(o.DeadLetters) != 1 || o.DeadLetters[0].Resolution != "skipped" || o.DeadLetters[0].MessageStatus != "skipped" {
 		t.Errorf("overview dead letters: %+v", o.DeadLetters)
+	}
+	if _, err := e.Pool.Exec(context.Background(), `UPDATE ordo.tenants SET sending_paused_at = now(), sending_paused_reason = 'account locked (131031)'`); err != nil {
+		t.Fatal(err)
+	}
+	paused := decode[web.AdminOverview](t, e.call(t, request{method: http.MethodGet, path: "/admin/api/overview", header: auth}))
+	if paused.Tenants[0].SendingPausedAt == nil || paused.Tenants[0].SendingPausedReason != "account locked (131031)" {
+		t.Errorf("a paused tenant shows as %+v", paused.Tenants[0])
 	}
 	if o.Sandbox || o.SandboxSends != nil {
 		t.Errorf("overview shows the sandbox while it is off")
@@ -293,11 +301,14 @@ func TestAdminPageInChromium(t *testing.T) {
 			t.Fatalf("browser: %s: %v", what, err)
 		}
 	}
+	// text reads an element's visible text in one step in the page, so a
+	// refresh between finding the node and reading it cannot get in the way.
 	text := func(selector string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(browser, 10*time.Second)
 		defer cancel()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(selector)))
+		q, _ := json.Marshal(selector)
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector(`+string(q)+`)?.innerText ?? ""`))
 		if err != nil {
 			t.Fatalf("browser: text of %s: %v", selector, err)
 		}

@@ -7,7 +7,7 @@
   // URLs are built on location.origin: a page opened as http://user:pw@host/
   // has a base URL with credentials, and fetch refuses those.
   const api = (path) => location.origin + "/admin/api/" + path;
-  const STATUSES = ["queued", "running", "done", "dead", "skipped", "active", "halted", "open", "replayed"];
+  const STATUSES = ["queued", "running", "done", "dead", "skipped", "active", "halted", "paused", "open", "replayed"];
 
   let busy = false; // an action is in flight: hold the refresh
   let timer = null;
@@ -35,8 +35,26 @@
 
   function timeCell(iso) {
     const td = el("td", ago(iso), "time");
-    if (iso) td.title = iso;
+    if (iso) {
+      td.title = iso;
+      td.dataset.at = iso;
+    }
     return td;
+  }
+
+  // changed remembers each section's last data: a section is rebuilt only
+  // when its data changed, so rows (and the button under the operator's
+  // pointer) stay put between refreshes; relative times are updated in place.
+  const last = {};
+  function changed(section, data) {
+    const json = JSON.stringify(data);
+    if (last[section] === json) return false;
+    last[section] = json;
+    return true;
+  }
+
+  function tickTimes() {
+    for (const td of document.querySelectorAll("td.time[data-at]")) td.textContent = ago(td.dataset.at);
   }
 
   // fill replaces a table body's rows; each row is a list of cells (a Node,
@@ -77,6 +95,7 @@
   }
 
   function renderDeadLetters(list) {
+    if (!changed("dead-letters", list)) return;
     const open = list.filter((d) => !d.resolved_at).length;
     document.getElementById("dead-letters-count").textContent = open ? open + " open" : "none open";
     fill("dead-letters", list.map((d) => {
@@ -99,6 +118,7 @@
   }
 
   function renderAttention(list) {
+    if (!changed("attention", list)) return;
     document.getElementById("attention-count").textContent = list.length ? String(list.length) : "";
     fill("attention", list.map((c) => ({
       cls: c.halted_at ? "halted" : "",
@@ -107,6 +127,7 @@
   }
 
   function renderMessages(list) {
+    if (!changed("messages", list)) return;
     fill("messages", list.map((m) => ({
       cells: [m.tenant, el("td", m.conversation_id, "mono"), el("td", m.message_id, "mono"), m.seq, m.direction, td(pill(m.status)), m.sends_done, timeCell(m.created_at), el("td", m.last_error, m.status === "dead" ? "reason" : "reason muted")],
     })), "No messages yet.");
@@ -115,16 +136,29 @@
   function renderSandbox(on, list) {
     const section = document.getElementById("sandbox");
     section.hidden = !on;
-    if (!on) return;
+    if (!on || !changed("sandbox", list)) return;
     document.getElementById("sandbox-count").textContent = list.length ? String(list.length) : "";
     fill("sandbox", list.map((s) => ({
       cells: [timeCell(s.created_at), s.phone_number_id, el("td", s.to, "mono"), s.type, el("td", s.text, "text"), el("td", s.wamid, "mono muted")],
     })), "Nothing sent yet.");
   }
 
+  // sendingCell says whether the tenant's messages go out; a paused one
+  // waits for `ordo tenant resume`.
+  function sendingCell(t) {
+    if (!t.sending_paused_at) return td(pill("active"));
+    const c = td(pill("paused"));
+    c.title = t.sending_paused_reason || "";
+    c.append(el("span", " since " + ago(t.sending_paused_at), "muted"));
+    return c;
+  }
+
   function renderTenants(list) {
+    if (!changed("tenants", list)) return;
     fill("tenants", list.map((t) => ({
-      cells: [el("td", t.slug, "mono"), t.name, t.handler_url_set ? "set" : "none", t.on_dead_letter, t.ambiguous, t.max_attempts, (t.credentials || []).join(", ") || "none", t.open_dead_letters],
+      cls: t.sending_paused_at ? "halted" : "",
+      cells: [el("td", t.slug, "mono"), t.name, sendingCell(t), t.handler_url_set ? "set" : "none", t.on_dead_letter, t.ambiguous, t.max_attempts,
+        t.send_rate ? t.send_rate + "/s" : "unpaced", t.pair_gap_ms ? t.pair_gap_ms + " ms" : "off", (t.credentials || []).join(", ") || "none", t.open_dead_letters],
     })), "No tenants.");
   }
 
@@ -158,6 +192,7 @@
         renderMessages(o.messages || []);
         renderSandbox(o.sandbox, o.sandbox_sends || []);
         renderTenants(o.tenants || []);
+        tickTimes();
         document.getElementById("status").textContent = "updated " + new Date().toLocaleTimeString() + " · refreshes every " + REFRESH_MS / 1000 + "s";
         document.body.dataset.loaded = "true";
         showError("", "refresh");
