@@ -218,6 +218,8 @@ func (b *benchEnv) runHTTP(ctx context.Context, l benchLoad, system string) (ben
 		sysCPU time.Duration
 		pgCPU  = b.postgresCPU()
 		xacts  = b.xacts(ctx, dbName)
+		// backlog: what queueing cost, apart from draining
+		ingestCPU *benchCPU
 	)
 	run := func(role string, work func(c *benchChild) error) error {
 		spec.role, spec.cpuProfile = role, profile(role)
@@ -245,6 +247,8 @@ func (b *benchEnv) runHTTP(ctx context.Context, l benchLoad, system string) (ben
 			return benchResult{}, err
 		}
 		b.logf("%s / %s: %d messages queued in %.1fs; draining", l.scenario, system, l.messages(), o.end.Sub(o.start).Seconds())
+		b.waitSessionsGone(ctx, dbName)
+		ingestCPU = cpuPerMessage(sysCPU, b.postgresCPU()-pgCPU, l.messages())
 		if err := run("worker", func(*benchChild) error {
 			from = time.Now()
 			return b.waitSends(ctx, wa, l.messages())
@@ -270,6 +274,7 @@ func (b *benchEnv) runHTTP(ctx context.Context, l benchLoad, system string) (ben
 	r.ProviderRequests = wa.Attempts()
 	if l.backlog {
 		r.IngestS = round2(o.end.Sub(o.start).Seconds())
+		r.IngestCPU = ingestCPU
 	}
 	if profiled && b.statements {
 		file := filepath.Join(b.cfg.profile, fmt.Sprintf("%s-%s.statements.txt", system, l.scenario))

@@ -137,7 +137,9 @@ func (b *benchEnv) runFloor(ctx context.Context, l benchLoad) (benchResult, erro
 		return benchResult{}, err
 	}
 	from := o.start
+	var ingestCPU *benchCPU
 	if l.backlog {
+		ingestCPU = cpuPerMessage(0, b.postgresCPU()-pgCPU, n)
 		from = time.Now()
 		startFinishers()
 		// held is in acceptance order; per conversation that is seq order.
@@ -171,6 +173,7 @@ func (b *benchEnv) runFloor(ctx context.Context, l benchLoad) (benchResult, erro
 	r.Lost, r.OrderViolations = n-done, outOfOrder
 	if l.backlog {
 		r.IngestS = round2(o.end.Sub(o.start).Seconds())
+		r.IngestCPU = ingestCPU
 	}
 	return r, nil
 }

@@ -43,11 +43,13 @@ type benchResult struct {
 	// XactsPerMsg is the database transactions committed per message; every
 	// statement outside a transaction is one, so it counts round trips.
 	XactsPerMsg float64 `json:"xacts_per_msg,omitempty"`
-	// Backlog: how long queueing took, and the drain's throughput over its
-	// first and last 10% of messages (by provider receipt).
-	IngestS    float64 `json:"ingest_s,omitempty"`
-	DrainStart float64 `json:"drain_start_msgs_s,omitempty"`
-	DrainEnd   float64 `json:"drain_end_msgs_s,omitempty"`
+	// Backlog: how long queueing took and what it cost (CPU also counts it),
+	// and the drain's throughput over its first and last 10% of messages (by
+	// provider receipt).
+	IngestS    float64   `json:"ingest_s,omitempty"`
+	IngestCPU  *benchCPU `json:"ingest_cpu_ms_per_msg,omitempty"`
+	DrainStart float64   `json:"drain_start_msgs_s,omitempty"`
+	DrainEnd   float64   `json:"drain_end_msgs_s,omitempty"`
 }
 
 // benchLatency is offer → provider receipt per message, in milliseconds.
@@ -208,9 +210,15 @@ func printBenchTable(w io.Writer, results []benchResult) {
 	if len(backlog) > 0 {
 		fmt.Fprintln(w, "\nbacklog: queued first (workers off), then drained")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "system\tqueue s\tdrain s\tfirst 10% msgs/s\tlast 10% msgs/s\tlast/first\tRSS MB\t")
+		fmt.Fprintln(tw, "system\tqueue s\tdrain s\tfirst 10% msgs/s\tlast 10% msgs/s\tlast/first\tRSS MB\tCPU ms/msg queueing: system\tpostgres\tdraining: system\tpostgres\t")
 		for _, r := range backlog {
-			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.0f\t%.0f\t%s\t%.0f\t\n", r.System, r.IngestS, r.DurationS, r.DrainStart, r.DrainEnd, ratio(r.DrainEnd, r.DrainStart), r.PeakRSSMB)
+			cells := []string{"-", "-", "-", "-"}
+			if r.IngestCPU != nil && r.CPU != nil {
+				cells = []string{fmt.Sprintf("%.2f", r.IngestCPU.System), fmt.Sprintf("%.2f", r.IngestCPU.Postgres),
+					fmt.Sprintf("%.2f", r.CPU.System-r.IngestCPU.System), fmt.Sprintf("%.2f", r.CPU.Postgres-r.IngestCPU.Postgres)}
+			}
+			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.0f\t%.0f\t%s\t%.0f\t%s\t\n", r.System, r.IngestS, r.DurationS, r.DrainStart, r.DrainEnd,
+				ratio(r.DrainEnd, r.DrainStart), r.PeakRSSMB, strings.Join(cells, "\t"))
 		}
 		tw.Flush()
 	}
