@@ -21,12 +21,12 @@ type tenantKey struct{}
 // comes from the URL or the body.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || key == "" {
+		key, ok := bearer(r.Header.Get("Authorization"))
+		if !ok {
 			s.writeError(w, r, engine.Errorf(engine.CodeUnauthorized, "Authorization: Bearer <API key> required"))
 			return
 		}
-		t, err := s.tenants.Authenticate(r.Context(), strings.TrimSpace(key))
+		t, err := s.tenants.Authenticate(r.Context(), key)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -36,6 +36,17 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, t)))
 	})
+}
+
+// bearer returns the credentials of an "Authorization: Bearer <key>"
+// header; the scheme name is case-insensitive (RFC 7235).
+func bearer(h string) (string, bool) {
+	scheme, key, ok := strings.Cut(strings.TrimSpace(h), " ")
+	key = strings.TrimSpace(key)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
+		return "", false
+	}
+	return key, true
 }
 
 func tenantOf(r *http.Request) tenants.Tenant {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -88,9 +89,11 @@ func runDev(ctx context.Context, env *environment, args []string) error {
 	}
 
 	// The sandbox channel answers on this server unless a Cloud API URL is given.
-	_, port, err := net.SplitHostPort(env.addr)
+	// Loopback unless told otherwise: the sandbox shows message bodies.
+	addr := cmp.Or(env.addr, "127.0.0.1:8080")
+	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("ORDO_ADDR %q: %w", env.addr, err)
+		return fmt.Errorf("ORDO_ADDR %q: %w", addr, err)
 	}
 	base := "http://127.0.0.1:" + port
 	waURL := env.whatsappAPIURL
@@ -103,7 +106,7 @@ func runDev(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	cfg := serverConfig{
-		role: "all", databaseURL: databaseURL, addr: env.addr, keys: keys,
+		role: "all", databaseURL: databaseURL, addr: addr, keys: keys,
 		jobs: jobs.Config{Workers: 20, WhatsAppAPIURL: waURL},
 		web:  web.Config{AdminPassword: adminPassword, Sandbox: true},
 		ready: func(string) {

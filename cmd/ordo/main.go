@@ -51,7 +51,7 @@ type environment struct {
 func readEnvironment() *environment {
 	return &environment{
 		databaseURL:    os.Getenv("DATABASE_URL"),
-		addr:           envOr("ORDO_ADDR", ":8080"),
+		addr:           os.Getenv("ORDO_ADDR"), // empty: :8080 (serve), 127.0.0.1:8080 (dev)
 		masterKeys:     os.Getenv("ORDO_MASTER_KEYS"),
 		adminPassword:  os.Getenv("ORDO_ADMIN_PASSWORD"),
 		whatsappAPIURL: os.Getenv("ORDO_WHATSAPP_API_URL"), // empty: the Cloud API (serve) or the sandbox (dev)
@@ -59,13 +59,6 @@ func readEnvironment() *environment {
 		stderr:         os.Stderr,
 		logger:         slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()})),
 	}
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }
 
 func logLevel() slog.Level {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,7 +59,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	return serve(ctx, env, serverConfig{
-		role: *role, databaseURL: env.databaseURL, addr: env.addr, keys: keys,
+		role: *role, databaseURL: env.databaseURL, addr: cmp.Or(env.addr, ":8080"), keys: keys,
 		jobs: jc,
 		web:  web.Config{AdminPassword: env.adminPassword},
 	})
