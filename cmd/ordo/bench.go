@@ -127,6 +127,9 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, error) {
 	if c.backlogConvs < c.backlogTenants || c.backlogMsgs < c.backlogConvs {
 		return c, errors.New("the backlog needs at least one conversation per tenant and one message per conversation")
 	}
+	if c.sendRate < 0 {
+		return c, errors.New("--send-rate must be 0 (unpaced) or more")
+	}
 	if c.latencyFor < time.Second || c.stall < time.Second {
 		return c, errors.New("--latency-duration and --stall must be at least 1s")
 	}

@@ -218,6 +218,7 @@ func (b *benchEnv) runHTTP(ctx context.Context, l benchLoad, system string) (ben
 		sysCPU time.Duration
 		pgCPU  = b.postgresCPU()
 		xacts  = b.xacts(ctx, dbName)
+		wal    = b.walLSN(ctx)
 		// backlog: what queueing cost, apart from draining
 		ingestCPU *benchCPU
 	)
@@ -270,6 +271,7 @@ func (b *benchEnv) runHTTP(ctx context.Context, l benchLoad, system string) (ben
 	r := judge(l, system, o, wa.Sends(), from)
 	r.CPU = cpuPerMessage(sysCPU, pgCPU, l.messages())
 	r.XactsPerMsg = b.xactsPerMessage(ctx, dbName, xacts, l.messages())
+	r.WALKBPerMsg = b.walKBPerMessage(ctx, wal, l.messages())
 	r.PeakRSSMB = round1(rss)
 	r.ProviderRequests = wa.Attempts()
 	if l.backlog {

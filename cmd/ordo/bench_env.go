@@ -557,3 +557,23 @@ FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd + n_tup_del > 0 ORDER BY n_
 	}
 	return rows.Err()
 }
+
+// walLSN is the cluster's current WAL position; differences of it are the
+// WAL a run wrote (the durable bytes every commit waits to flush).
+func (b *benchEnv) walLSN(ctx context.Context) string {
+	var lsn string
+	_ = b.admin.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn)
+	return lsn
+}
+
+// walKBPerMessage is the WAL written since before, in KB per message.
+func (b *benchEnv) walKBPerMessage(ctx context.Context, before string, messages int) float64 {
+	var bytes float64
+	if before == "" || messages == 0 {
+		return 0
+	}
+	if err := b.admin.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)", before).Scan(&bytes); err != nil {
+		return 0
+	}
+	return round2(bytes / 1024 / float64(messages))
+}

@@ -128,7 +128,7 @@ func (b *benchEnv) runFloor(ctx context.Context, l benchLoad) (benchResult, erro
 		return nil
 	}
 
-	pgCPU, xacts := b.postgresCPU(), b.xacts(ctx, dbName)
+	pgCPU, xacts, wal := b.postgresCPU(), b.xacts(ctx, dbName), b.walLSN(ctx)
 	if !l.backlog {
 		startFinishers()
 	}
@@ -161,6 +161,7 @@ func (b *benchEnv) runFloor(ctx context.Context, l benchLoad) (benchResult, erro
 	r := judgeTimes(l, "sql-floor", o, finished, from)
 	r.CPU = cpuPerMessage(0, pgCPU, n)
 	r.XactsPerMsg = b.xactsPerMessage(ctx, dbName, xacts, n)
+	r.WALKBPerMsg = b.walKBPerMessage(ctx, wal, n)
 	check, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return benchResult{}, err

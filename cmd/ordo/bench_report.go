@@ -45,6 +45,8 @@ type benchResult struct {
 	// XactsPerMsg is the database transactions committed per message; every
 	// statement outside a transaction is one, so it counts round trips.
 	XactsPerMsg float64 `json:"xacts_per_msg,omitempty"`
+	// WALKBPerMsg is the WAL the cluster wrote per message, in KB.
+	WALKBPerMsg float64 `json:"wal_kb_per_msg,omitempty"`
 	// Backlog: how long queueing took and what it cost (CPU also counts it),
 	// and the drain's throughput over its first and last 10% of messages (by
 	// provider receipt).
@@ -185,7 +187,7 @@ func (r benchResult) summary() string {
 func printBenchTable(w io.Writer, results []benchResult) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tsystem\tmessages\tconvs\tseconds\tmsgs/s\tp50 ms\tp95 ms\tp99 ms\tdup\torder\tlost\tRSS MB\tCPU ms/msg: system\tpostgres\txacts/msg\t")
+	fmt.Fprintln(tw, "scenario\tsystem\tmessages\tconvs\tseconds\tmsgs/s\tp50 ms\tp95 ms\tp99 ms\tdup\torder\tlost\tRSS MB\tCPU ms/msg: system\tpostgres\txacts/msg\tWAL KB/msg\t")
 	for _, r := range results {
 		rss, sysCPU, pgCPU := "-", "-", "-"
 		if r.PeakRSSMB > 0 {
@@ -197,9 +199,9 @@ func printBenchTable(w io.Writer, results []benchResult) {
 				sysCPU = fmt.Sprintf("%.2f", r.CPU.System)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%s\t%s\t%s\t%.1f\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%s\t%s\t%s\t%.1f\t%.1f\t\n",
 			r.Scenario, r.System, r.Messages, r.Conversations, r.DurationS, r.Throughput,
-			r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Duplicates, r.OrderViolations, r.Lost, rss, sysCPU, pgCPU, r.XactsPerMsg)
+			r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Duplicates, r.OrderViolations, r.Lost, rss, sysCPU, pgCPU, r.XactsPerMsg, r.WALKBPerMsg)
 	}
 	tw.Flush()
 
