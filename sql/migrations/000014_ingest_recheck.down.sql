@@ -1,0 +1,85 @@
+-- Back to 000013's ordo.enqueue_message.
+
+CREATE OR REPLACE FUNCTION ordo.enqueue_message(
+    tenant_slug     text,
+    conversation_id text,
+    message_id      text,
+    direction       text,
+    payload         jsonb
+) RETURNS TABLE (id bigint, seq bigint, duplicate boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_tenant bigint;
+    v_conv   bigint;
+    v_seq    bigint;
+    v_id     bigint;
+    v_drain  bigint;
+    v_job    bigint;
+    v_dir    text := coalesce(enqueue_message.direction, 'outbound');
+BEGIN
+    IF enqueue_message.conversation_id IS NULL OR enqueue_message.conversation_id = '' THEN
+        RAISE EXCEPTION 'conversation_id: required' USING ERRCODE = '22023';
+    ELSIF length(enqueue_message.conversation_id) > 256 OR enqueue_message.conversation_id ~ '[\u0001-\u001f\u007f-\u009f]' THEN
+        RAISE EXCEPTION 'conversation_id: must be 1 to 256 printable characters' USING ERRCODE = '22023';
+    ELSIF enqueue_message.message_id IS NULL OR enqueue_message.message_id = '' THEN
+        RAISE EXCEPTION 'message_id: required' USING ERRCODE = '22023';
+    ELSIF length(enqueue_message.message_id) > 256 OR enqueue_message.message_id ~ '[\u0001-\u001f\u007f-\u009f]' THEN
+        RAISE EXCEPTION 'message_id: must be 1 to 256 printable characters' USING ERRCODE = '22023';
+    ELSIF v_dir NOT IN ('inbound', 'outbound') THEN
+        RAISE EXCEPTION 'direction: must be inbound or outbound' USING ERRCODE = '22023';
+    ELSIF enqueue_message.payload IS NULL OR jsonb_typeof(enqueue_message.payload) <> 'object' THEN
+        RAISE EXCEPTION 'payload: must be a JSON object' USING ERRCODE = '22023';
+    ELSIF pg_column_size(enqueue_message.payload) > 262144 THEN
+        RAISE EXCEPTION 'payload: larger than 256 KiB' USING ERRCODE = '22023';
+    END IF;
+
+    SELECT t.id INTO v_tenant FROM ordo.tenants t WHERE t.slug = tenant_slug;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'tenant: not found' USING ERRCODE = 'P0002';
+    END IF;
+
+    -- A repeat of a committed message costs one index lookup and no lock.
+    SELECT m.id, m.seq INTO v_id, v_seq
+    FROM ordo.messages m WHERE m.tenant_id = v_tenant AND m.message_id = enqueue_message.message_id;
+    IF FOUND THEN
+        RETURN QUERY SELECT v_id, v_seq, true;
+        RETURN;
+    END IF;
+
+    -- Take the next seq and, when the conversation has no drain and is not
+    -- halted, claim one (v_job) in the same write. The row lock this takes is
+    -- held to commit, so seqs are handed out in commit order and the drain's
+    -- end check sees every message. A sequence value is cheap (no WAL per
+    -- call); an unused one is a harmless gap in River's job ids.
+    v_job := nextval('ordo.river_job_id_seq');
+    INSERT INTO ordo.conversations AS c (tenant_id, conversation_id, last_seq, drain_job_id)
+    VALUES (v_tenant, enqueue_message.conversation_id, 1, v_job)
+    ON CONFLICT ON CONSTRAINT conversations_tenant_id_conversation_id_key DO UPDATE SET
+        last_seq     = c.last_seq + 1,
+        drain_job_id = CASE WHEN c.drain_job_id IS NULL AND c.halted_at IS NULL THEN v_job ELSE c.drain_job_id END
+    RETURNING c.id, c.last_seq, c.drain_job_id INTO v_conv, v_seq, v_drain;
+
+    INSERT INTO ordo.messages AS m (tenant_id, conversation_pk, message_id, seq, direction, payload)
+    VALUES (v_tenant, v_conv, enqueue_message.message_id, v_seq, v_dir, enqueue_message.payload)
+    ON CONFLICT ON CONSTRAINT messages_tenant_id_message_id_key DO NOTHING
+    RETURNING m.id INTO v_id;
+
+    IF v_id IS NULL THEN
+        -- A concurrent copy committed first. Give the seq (and the drain, if
+        -- this call claimed it) back: this transaction still holds the row
+        -- lock, so nobody took a later one. Answer with the original.
+        UPDATE ordo.conversations c SET last_seq = c.last_seq - 1, drain_job_id = NULLIF(c.drain_job_id, v_job)
+        WHERE c.id = v_conv;
+        SELECT m.id, m.seq INTO v_id, v_seq
+        FROM ordo.messages m WHERE m.tenant_id = v_tenant AND m.message_id = enqueue_message.message_id;
+        RETURN QUERY SELECT v_id, v_seq, true;
+        RETURN;
+    END IF;
+
+    IF v_drain = v_job THEN
+        PERFORM ordo.insert_drain_job(v_conv, v_job);
+    END IF;
+
+    RETURN QUERY SELECT v_id, v_seq, false;
+END;
+$$;
