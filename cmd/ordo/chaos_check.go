@@ -291,8 +291,9 @@ func chaosJudge(in chaosInput) *chaosReport {
 		fmt.Sprintf("%d cases, %d requests", len(in.bad), runs), badWrong...)
 
 	// 8. Secrets went where they belong.
-	rep.add("each tenant's credential and handler secret used for it alone", in.provider.wrongToken == 0 && in.handler.badSignature == 0,
-		fmt.Sprintf("%d sends with another token, %d handler calls with a bad signature (of %d)", in.provider.wrongToken, in.handler.badSignature, in.handler.calls))
+	rep.add("each tenant's credential and handler secret used for it alone", in.provider.wrongToken == 0 && in.handler.badSignature == 0 && in.handler.badKey == 0,
+		fmt.Sprintf("%d sends with another token; of %d handler calls, %d with a bad signature, %d with a wrong Idempotency-Key",
+			in.provider.wrongToken, in.handler.calls, in.handler.badSignature, in.handler.badKey))
 
 	// 8b. Meta's side could report every delivery.
 	rep.add("every status webhook answered 200", in.meta.unanswered == 0 && len(in.meta.refused) == 0 && in.meta.sent == in.meta.taken && in.meta.taken > 0,
@@ -318,7 +319,8 @@ func chaosJudge(in chaosInput) *chaosReport {
 	// 10. The system settled, and no process crashed on its own.
 	rep.add("settled after the load", in.settled,
 		fmt.Sprintf("every accepted message sent or dead-lettered within %s of the end of the load (bound %s)", in.waited.Round(time.Millisecond), in.quiesce))
-	rep.add("no panic, fatal error or data race", len(in.logProblems) == 0, fmt.Sprintf("%d found in the processes' logs", len(in.logProblems)), in.logProblems...)
+	rep.add("no panic, data race or deadlock", len(in.logProblems) == 0,
+		fmt.Sprintf("%d found in the processes' and Postgres's logs", len(in.logProblems)), in.logProblems...)
 	return rep
 }
 

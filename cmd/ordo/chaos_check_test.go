@@ -131,6 +131,7 @@ func TestChaosJudge(t *testing.T) {
 			in.bad[0].wrong, in.bad[0].firstWrong = 1, "want 400, got 500"
 		}, "bad input gets the contract's error and stores nothing"},
 		{"a credential mix-up", func(in *chaosInput) { in.provider.wrongToken = 1 }, "each tenant's credential and handler secret used for it alone"},
+		{"a wrong Idempotency-Key", func(in *chaosInput) { in.handler.badKey = 1 }, "each tenant's credential and handler secret used for it alone"},
 		{"a bad handler signature", func(in *chaosInput) { in.handler.badSignature = 1 }, "each tenant's credential and handler secret used for it alone"},
 		{"no Postgres restart", func(in *chaosInput) {
 			in.faults = map[string]int{faultWorkerKill: 3, faultAPIKill: 1, faultWorkerStall: 1}
@@ -140,7 +141,7 @@ func TestChaosJudge(t *testing.T) {
 		{"a status webhook refused", func(in *chaosInput) { in.meta.refused = []string{"400"} }, "every status webhook answered 200"},
 		{"a delivery never reported", func(in *chaosInput) { in.meta.sent = 6 }, "every status webhook answered 200"},
 		{"never settled", func(in *chaosInput) { in.settled = false }, "settled after the load"},
-		{"a data race", func(in *chaosInput) { in.logProblems = []string{"worker-1: WARNING: DATA RACE"} }, "no panic, fatal error or data race"},
+		{"a data race", func(in *chaosInput) { in.logProblems = []string{"worker-1: WARNING: DATA RACE"} }, "no panic, data race or deadlock"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := setup()

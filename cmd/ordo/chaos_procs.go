@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -287,6 +288,39 @@ func (r *chaosRun) logProblems() []string {
 			}
 		}
 		f.Close()
+	}
+	return append(out, r.postgresErrors()...)
+}
+
+// benignPostgresErrors are the errors Postgres logs in a good run: the
+// ingest function refusing the prober's bad input, a statement cancelled
+// by a client that went away (a killed process, a timeout), a stale fence.
+var benignPostgresErrors = []string{
+	"conversation_id: ", "message_id: ", "direction: ", "payload: ",
+	"canceling statement due to user request",
+	"stale fencing token",
+}
+
+// postgresErrors lists the errors in Postgres's log that no good run has: a
+// deadlock above all, which Postgres breaks by failing one side.
+func (r *chaosRun) postgresErrors() []string {
+	if r.cluster == nil {
+		return nil
+	}
+	f, err := os.Open(filepath.Join(r.cluster.Dir, "postgres.log"))
+	if err != nil {
+		return []string{"postgres.log: " + err.Error()}
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		_, msg, ok := strings.Cut(sc.Text(), " ERROR:  ")
+		if !ok || slices.ContainsFunc(benignPostgresErrors, func(b string) bool { return strings.HasPrefix(msg, b) }) {
+			continue
+		}
+		out = append(out, "postgres: ERROR: "+msg)
 	}
 	return out
 }

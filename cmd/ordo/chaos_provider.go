@@ -246,6 +246,7 @@ type chaosHandlerRecord struct {
 	calls        int
 	failures     int // 503s answered on purpose
 	badSignature int // calls whose X-Ordo-Signature did not verify
+	badKey       int // calls whose Idempotency-Key was not <tenant>:<message_id>
 }
 
 // chaosReplies are the texts of the replies to an inbound message with text t.
@@ -303,6 +304,9 @@ func (h *chaosHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.Unmarshal(call.Payload.Text, &text)
 	}
 	key := slug + ":" + call.MessageID
+	if r.Header.Get("Idempotency-Key") != key {
+		h.rec.badKey++
+	}
 	h.attempts[key]++
 	fail := chaosHash(h.seed, key, h.attempts[key])%100 < 3
 	if fail {
