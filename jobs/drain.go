@@ -42,6 +42,7 @@ type Drainer struct {
 	logger   *slog.Logger
 	stopping atomic.Bool
 	hooks    hooks
+	creds    credentialCache
 }
 
 // hooks let tests force interleavings; nil in production.
@@ -71,10 +72,6 @@ type message struct {
 	payload   json.RawMessage
 }
 
-const nextMessageQuery = `
-SELECT id, message_id, seq, direction, payload FROM ordo.messages
-WHERE conversation_pk = $1 AND seq > $2 ORDER BY seq LIMIT 1`
-
 const clearHaltedQuery = `UPDATE ordo.conversations SET drain_job_id = NULL WHERE id = $1 AND fence = $2 AND halted_at IS NOT NULL`
 
 const currentJobQuery = `SELECT drain_job_id IS NOT DISTINCT FROM $2 FROM ordo.conversations WHERE id = $1`
@@ -82,7 +79,7 @@ const currentJobQuery = `SELECT drain_job_id IS NOT DISTINCT FROM $2 FROM ordo.c
 // Drain runs conversation conv until it has nothing left, yields, must wait
 // (a step's backoff), or halts on a dead letter. jobID is the River job.
 func (d *Drainer) Drain(ctx context.Context, conv, jobID int64) error {
-	s, err := openSession(ctx, d.pool, conv, d.cfg.Lease.Milliseconds())
+	s, st, found, err := openSession(ctx, d.pool, conv, d.cfg.Lease.Milliseconds())
 	if errors.Is(err, errLockBusy) {
 		// Another drain has it. If this job is the one the conversation
 		// counts on, come back; if not, the holder's own finish covers it.
@@ -96,24 +93,15 @@ func (d *Drainer) Drain(ctx context.Context, conv, jobID int64) error {
 		return err
 	}
 	defer s.close()
-
-	st, err := s.takeover(ctx)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if !found {
 		return nil // conversation deleted with its tenant
-	}
-	if err != nil {
-		return err
 	}
 	log := d.logger.With(slog.Int64("conversation", conv), slog.Int64("job_id", jobID), slog.Int64("fence", st.fence))
 	if st.halted {
 		_, err := s.conn.Exec(ctx, clearHaltedQuery, conv, st.fence)
 		return err
 	}
-	tenant, err := d.tenants.ByID(ctx, st.tenantID)
-	if err != nil {
-		return fmt.Errorf("load tenant: %w", err)
-	}
-	r := &run{d: d, s: s, tenant: tenant, conversationID: st.conversationID, log: log}
+	r := &run{d: d, s: s, tenant: st.tenant, conversationID: st.conversationID, log: log, credentialAt: st.credentialAt}
 
 	started := time.Now()
 	head := st.headSeq
@@ -121,8 +109,7 @@ func (d *Drainer) Drain(ctx context.Context, conv, jobID int64) error {
 		if n >= d.cfg.MaxMessagesPerRun || time.Since(started) > d.cfg.MaxRunTime || d.stopping.Load() {
 			return river.JobSnooze(0) // yield the worker; keep our place in line
 		}
-		var m message
-		err := s.conn.QueryRow(ctx, nextMessageQuery, conv, head).Scan(&m.pk, &m.id, &m.seq, &m.direction, &m.payload)
+		m, steps, err := r.next(ctx, head)
 		if errors.Is(err, pgx.ErrNoRows) {
 			if d.hooks.beforeFinish != nil {
 				d.hooks.beforeFinish(conv)
@@ -137,15 +124,18 @@ func (d *Drainer) Drain(ctx context.Context, conv, jobID int64) error {
 			continue
 		}
 		if err != nil {
-			return s.fail(fmt.Errorf("read next message: %w", err))
+			return err
 		}
-		out, err := r.message(ctx, m)
+		out, err := r.message(ctx, m, steps)
 		if err != nil {
 			return r.stop(err)
 		}
 		switch out.kind {
 		case outcomeDone:
 			head = m.seq
+			if out.finished {
+				return nil // the message's last write also finished the drain
+			}
 		case outcomeWait:
 			return river.JobSnooze(out.delay)
 		case outcomeHalted:
@@ -153,6 +143,56 @@ func (d *Drainer) Drain(ctx context.Context, conv, jobID int64) error {
 			return nil
 		}
 	}
+}
+
+// nextQuery reads the conversation's next message after head with its
+// steps, if any, in one round trip.
+const nextQuery = `
+SELECT m.id, m.message_id, m.seq, m.direction, m.payload,
+       s.id, s.idx, s.kind, s.status, s.request, s.attempts, clock_timestamp() - s.started_at, s.provider_status, s.provider_message_id
+FROM (SELECT id, message_id, seq, direction, payload FROM ordo.messages
+      WHERE conversation_pk = $1 AND seq > $2 ORDER BY seq LIMIT 1) m
+LEFT JOIN ordo.steps s ON s.message_pk = m.id
+ORDER BY s.idx`
+
+// next returns the message after head and its steps (pgx.ErrNoRows: none).
+func (r *run) next(ctx context.Context, head int64) (message, []step, error) {
+	rows, err := r.s.conn.Query(ctx, nextQuery, r.s.conv, head)
+	if err != nil {
+		return message{}, nil, r.s.fail(fmt.Errorf("read next message: %w", err))
+	}
+	defer rows.Close()
+	var (
+		m     message
+		steps []step
+		found bool
+	)
+	for rows.Next() {
+		var (
+			st   step
+			id   *int64
+			idx  *int
+			kind *string
+			stat *string
+			att  *int
+		)
+		if err := rows.Scan(&m.pk, &m.id, &m.seq, &m.direction, &m.payload,
+			&id, &idx, &kind, &stat, &st.request, &att, &st.sinceStart, &st.providerStatus, &st.providerID); err != nil {
+			return message{}, nil, r.s.fail(fmt.Errorf("read next message: %w", err))
+		}
+		found = true
+		if id != nil {
+			st.id, st.idx, st.kind, st.status, st.attempts = *id, *idx, *kind, *stat, *att
+			steps = append(steps, st)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return message{}, nil, r.s.fail(fmt.Errorf("read next message: %w", err))
+	}
+	if !found {
+		return message{}, nil, pgx.ErrNoRows
+	}
+	return m, firstSteps(m, steps), nil
 }
 
 // stop ends a drain on err; a fenced write means another drain owns the

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/ordo-dev/ordo/jobs/whatsapp"
 	"github.com/ordo-dev/ordo/tenants"
@@ -43,6 +45,11 @@ func classifySend(err error) *failure {
 // send would fail the same way until an operator fixes it).
 func (r *run) prepareSend(ctx context.Context) (out outcome, ok bool, err error) {
 	if r.cred == nil {
+		if c, ok := r.d.creds.get(r.tenant.ID, r.credentialAt); ok {
+			r.cred = &c
+		}
+	}
+	if r.cred == nil {
 		cred, problem, err := r.loadCredential(ctx)
 		if err != nil {
 			return outcome{}, false, err
@@ -52,6 +59,7 @@ func (r *run) prepareSend(ctx context.Context) (out outcome, ok bool, err error)
 			return out, false, err
 		}
 		r.cred = &cred
+		r.d.creds.put(r.tenant.ID, r.credentialAt, cred)
 	}
 	return r.pace(ctx)
 }
@@ -100,4 +108,43 @@ func withRecipient(request json.RawMessage, conversationID string) (json.RawMess
 	}
 	fields["to"], _ = json.Marshal(conversationID)
 	return json.Marshal(fields)
+}
+
+// credentialCache keeps decrypted WhatsApp credentials by tenant, each
+// valid for the credential row's updated_at it was read at: the takeover
+// reads that stamp, so a changed credential is read again at once and an
+// unchanged one costs no query and no decryption.
+type credentialCache struct {
+	mu sync.Mutex
+	m  map[int64]cachedCredential
+}
+
+type cachedCredential struct {
+	at   time.Time
+	cred whatsapp.Credential
+}
+
+func (c *credentialCache) get(tenantID int64, at *time.Time) (whatsapp.Credential, bool) {
+	if at == nil {
+		return whatsapp.Credential{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[tenantID]
+	if !ok || !e.at.Equal(*at) {
+		return whatsapp.Credential{}, false
+	}
+	return e.cred, true
+}
+
+func (c *credentialCache) put(tenantID int64, at *time.Time, cred whatsapp.Credential) {
+	if at == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[int64]cachedCredential)
+	}
+	c.m[tenantID] = cachedCredential{at: *at, cred: cred}
 }

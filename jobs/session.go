@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordo-dev/ordo/tenants"
 )
 
 // lockNamespace is the first key of every conversation advisory lock
@@ -39,38 +42,94 @@ type session struct {
 	conv   int64
 	fence  int64
 	broken bool
+	// unlocked: the drain's last write released the lock with its commit.
+	unlocked bool
 }
 
 const tryLockQuery = `SELECT pg_try_advisory_lock($1::int, ($2 % 2147483647)::int), set_config('idle_session_timeout', $3, false)`
 
 const unlockQuery = `SELECT pg_advisory_unlock($1::int, ($2 % 2147483647)::int), set_config('idle_session_timeout', '0', false)`
 
-// openSession takes conv's advisory lock on a dedicated connection.
-func openSession(ctx context.Context, pool *pgxpool.Pool, conv int64, lease int64) (*session, error) {
+// openQuery takes conv's advisory lock and, when it got it, takes the
+// conversation over (bumps the fence under FOR UPDATE) and reads the tenant
+// and the stamp of its WhatsApp credential: one round trip where there were
+// four (lock, takeover, tenant, credential).
+const openQuery = `
+WITH lk AS MATERIALIZED (
+    SELECT pg_try_advisory_lock($1::int, ($2 % 2147483647)::int) AS ok, set_config('idle_session_timeout', $3, false) AS lease),
+l AS (SELECT c.id FROM ordo.conversations c, lk WHERE lk.ok AND c.id = $2 FOR UPDATE OF c),
+u AS (
+    UPDATE ordo.conversations c SET fence = c.fence + 1 FROM l WHERE c.id = l.id
+    RETURNING c.fence, c.head_seq, c.last_seq, c.halted_at IS NOT NULL AS halted, c.tenant_id, c.conversation_id, c.drain_job_id)
+SELECT lk.ok, u.fence, u.head_seq, u.last_seq, u.halted, u.tenant_id, u.conversation_id, u.drain_job_id,
+       t.slug, t.name, COALESCE(t.handler_url, ''), t.on_dead_letter, t.ambiguous, t.max_attempts,
+       t.send_rate, t.pair_gap_ms, t.sending_paused_at, COALESCE(t.sending_paused_reason, ''), t.created_at,
+       cr.updated_at
+FROM lk LEFT JOIN u ON true
+LEFT JOIN ordo.tenants t ON t.id = u.tenant_id
+LEFT JOIN ordo.credentials cr ON cr.tenant_id = u.tenant_id AND cr.name = 'whatsapp'`
+
+// openSession takes conv's advisory lock on a dedicated connection and takes
+// the conversation over. found is false when the conversation is gone.
+func openSession(ctx context.Context, pool *pgxpool.Pool, conv int64, lease int64) (s *session, st convState, found bool, err error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("acquire connection: %w", err)
+		return nil, st, false, fmt.Errorf("acquire connection: %w", err)
 	}
 	var (
-		locked bool
-		ignore string
+		locked  bool
+		fence   *int64
+		head    *int64
+		last    *int64
+		halted  *bool
+		tenant  *int64
+		convID  *string
+		slug    *string
+		name    *string
+		handler *string
+		onDead  *string
+		ambig   *string
+		maxAtt  *int
+		rate    *int
+		gap     *int
+		reason  *string
+		created *time.Time
+		paused  *time.Time
 	)
-	if err := conn.QueryRow(ctx, tryLockQuery, lockNamespace, conv, strconv.FormatInt(lease, 10)).Scan(&locked, &ignore); err != nil {
-		conn.Release()
-		return nil, fmt.Errorf("try conversation lock: %w", err)
+	err = conn.QueryRow(ctx, openQuery, lockNamespace, conv, strconv.FormatInt(lease, 10)).Scan(
+		&locked, &fence, &head, &last, &halted, &tenant, &convID, &st.drainJobID,
+		&slug, &name, &handler, &onDead, &ambig, &maxAtt, &rate, &gap, &paused, &reason, &created, &st.credentialAt)
+	if err != nil {
+		c := conn.Hijack() // the lock's state is unknown: drop the session with it
+		_ = c.Close(context.WithoutCancel(ctx))
+		return nil, st, false, fmt.Errorf("open conversation: %w", err)
 	}
 	if !locked {
 		_, _ = conn.Exec(ctx, "SELECT set_config('idle_session_timeout', '0', false)")
 		conn.Release()
-		return nil, errLockBusy
+		return nil, st, false, errLockBusy
 	}
-	return &session{conn: conn, conv: conv}, nil
+	s = &session{conn: conn, conv: conv}
+	if fence == nil {
+		return s, st, false, nil // conversation deleted with its tenant
+	}
+	s.fence = *fence
+	st.fence, st.headSeq, st.lastSeq, st.halted, st.tenantID, st.conversationID = *fence, *head, *last, *halted, *tenant, *convID
+	if slug != nil {
+		st.tenant = tenants.Tenant{ID: *tenant, Slug: *slug, Name: *name, HandlerURL: *handler, OnDeadLetter: *onDead, Ambiguous: *ambig,
+			MaxAttempts: *maxAtt, SendRate: *rate, PairGapMS: *gap, SendingPausedAt: paused, SendingPausedReason: *reason, CreatedAt: *created}
+	}
+	return s, st, true, nil
 }
 
 // close releases the lock, or drops the connection (and with it the lock)
 // when it cannot be trusted.
 func (s *session) close() {
 	ctx := context.WithoutCancel(context.Background())
+	if s.unlocked && !s.broken {
+		s.conn.Release()
+		return
+	}
 	if !s.broken {
 		var (
 			ok     bool
@@ -94,24 +153,8 @@ type convState struct {
 	tenantID       int64
 	conversationID string
 	drainJobID     *int64
-}
-
-// takeover bumps the fence under FOR UPDATE: it waits for any write still in
-// flight under the old token (those hold KEY SHARE), and every later one
-// under the old token fails.
-const takeoverQuery = `
-WITH l AS (SELECT id FROM ordo.conversations WHERE id = $1 FOR UPDATE)
-UPDATE ordo.conversations c SET fence = c.fence + 1 FROM l WHERE c.id = l.id
-RETURNING c.fence, c.head_seq, c.last_seq, c.halted_at IS NOT NULL, c.tenant_id, c.conversation_id, c.drain_job_id`
-
-func (s *session) takeover(ctx context.Context) (convState, error) {
-	var st convState
-	err := s.conn.QueryRow(ctx, takeoverQuery, s.conv).Scan(&st.fence, &st.headSeq, &st.lastSeq, &st.halted, &st.tenantID, &st.conversationID, &st.drainJobID)
-	if err != nil {
-		return convState{}, s.fail(fmt.Errorf("take conversation over: %w", err))
-	}
-	s.fence = st.fence
-	return st, nil
+	tenant         tenants.Tenant
+	credentialAt   *time.Time // the WhatsApp credential's updated_at; nil: none
 }
 
 const checkFence = `SELECT ordo.check_fence($1, $2)`

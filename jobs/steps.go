@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ordo-dev/ordo/jobs/whatsapp"
 	"github.com/ordo-dev/ordo/tenants"
@@ -27,6 +28,9 @@ const (
 type outcome struct {
 	kind  outcomeKind
 	delay time.Duration
+	// finished: the message's last write found the conversation caught up,
+	// ended the drain and released the conversation's lock.
+	finished bool
 }
 
 // run is one drain run's context: the session, the tenant, and what it lazily
@@ -38,6 +42,7 @@ type run struct {
 	conversationID string
 	log            *slog.Logger
 	cred           *whatsapp.Credential
+	credentialAt   *time.Time // the credential row's updated_at, read on takeover
 	secret         []byte
 }
 
@@ -68,6 +73,11 @@ func (r *run) loadSteps(ctx context.Context, m message) ([]step, error) {
 	if err != nil {
 		return nil, r.s.fail(fmt.Errorf("load steps: %w", err))
 	}
+	return firstSteps(m, steps), nil
+}
+
+// firstSteps is m's steps, or its first step when it has none yet.
+func firstSteps(m message, steps []step) []step {
 	if len(steps) == 0 {
 		// First time at this message: its first step, created by its first attempt.
 		first := step{idx: 0, kind: "handle", status: "pending"}
@@ -76,23 +86,19 @@ func (r *run) loadSteps(ctx context.Context, m message) ([]step, error) {
 		}
 		steps = []step{first}
 	}
-	return steps, nil
+	return steps
 }
 
 // message runs m's unfinished steps in order. Finished steps are never run
 // again; the last step's completion finishes the message and moves the head
 // in the same write.
-func (r *run) message(ctx context.Context, m message) (outcome, error) {
-	steps, err := r.loadSteps(ctx, m)
-	if err != nil {
-		return outcome{}, err
-	}
+func (r *run) message(ctx context.Context, m message, steps []step) (outcome, error) {
 	for i := 0; i < len(steps); i++ {
 		if steps[i].status == "done" {
 			continue
 		}
 		out, err := r.step(ctx, m, &steps[i], i == len(steps)-1)
-		if err != nil || out.kind != outcomeDone {
+		if err != nil || out.kind != outcomeDone || out.finished {
 			return out, err
 		}
 		if steps[i].kind == "handle" {
@@ -157,6 +163,25 @@ const messageDone = `UPDATE ordo.messages SET status = 'done', finished_at = now
 
 const moveHead = `UPDATE ordo.conversations SET head_seq = $2 WHERE id = $1`
 
+// moveHeadAndFinish moves the head after a message's last step and, when
+// that caught the conversation up, ends the drain in the same statement:
+// it holds the row lock ingest takes, so a message accepted meanwhile either
+// committed first (last_seq is past the head: go on) or sees the drain gone
+// and schedules a new one.
+const moveHeadAndFinish = `
+UPDATE ordo.conversations SET head_seq = $2,
+    drain_job_id = CASE WHEN last_seq = $2 THEN NULL ELSE drain_job_id END
+WHERE id = $1
+RETURNING last_seq = $2`
+
+// unlockIfFinished ends the batch that finished the drain by releasing the
+// conversation's lock (and the lease) with it: a session lock is not
+// transactional, but the next drain's takeover waits for this transaction's
+// row lock, so it still sees every write of this one.
+const unlockIfFinished = `
+SELECT pg_advisory_unlock($1::int, ($2 % 2147483647)::int), set_config('idle_session_timeout', '0', false)
+FROM ordo.conversations WHERE id = $2 AND fence = $3 AND head_seq = last_seq AND drain_job_id IS NULL`
+
 const insertReplies = `
 INSERT INTO ordo.steps (message_pk, idx, kind, request)
 SELECT $1, r.ord, 'send', r.reply FROM jsonb_array_elements($2::jsonb) WITH ORDINALITY AS r(reply, ord)
@@ -217,9 +242,17 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 	if hasReplies {
 		b.Queue(insertReplies, m.pk, replies)
 	}
+	var finished, unlocked bool
 	if last && !hasReplies {
+		if r.d.hooks.beforeFinish != nil {
+			r.d.hooks.beforeFinish(r.s.conv)
+		}
 		b.Queue(messageDone, m.pk)
-		b.Queue(moveHead, r.s.conv, m.seq)
+		b.Queue(moveHeadAndFinish, r.s.conv, m.seq).QueryRow(func(row pgx.Row) error { return row.Scan(&finished) })
+		b.Queue(unlockIfFinished, lockNamespace, r.s.conv, r.s.fence).Exec(func(ct pgconn.CommandTag) error {
+			unlocked = ct.RowsAffected() == 1
+			return nil
+		})
 	}
 	if st.kind == "send" && r.tenant.PairGapMS > 0 {
 		// Counted from the answer, which came after Meta took the message:
@@ -229,8 +262,9 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 	if err := r.s.write(ctx, b); err != nil {
 		return outcome{}, err
 	}
+	r.s.unlocked = unlocked
 	st.status = "done"
-	return outcome{kind: outcomeDone}, nil
+	return outcome{kind: outcomeDone, finished: finished}, nil
 }
 
 // settleAmbiguous deals with a send whose last attempt has no known outcome:
