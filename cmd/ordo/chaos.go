@@ -16,7 +16,8 @@ package main
 //	chaos_settle.go    after the load: settling, ordo's view, dead letters
 //	chaos_check.go     the checker and the report
 //
-// docs/chaos.md says what the run does and what each check means.
+// README.md ("The crash and fault run") says what the run does and what
+// each check means.
 
 import (
 	"context"
