@@ -46,8 +46,6 @@ type session struct {
 	unlocked bool
 }
 
-const tryLockQuery = `SELECT pg_try_advisory_lock($1::int, ($2 % 2147483647)::int), set_config('idle_session_timeout', $3, false)`
-
 const unlockQuery = `SELECT pg_advisory_unlock($1::int, ($2 % 2147483647)::int), set_config('idle_session_timeout', '0', false)`
 
 // openQuery takes conv's advisory lock and, when it got it, takes the

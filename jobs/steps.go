@@ -242,17 +242,9 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 	if hasReplies {
 		b.Queue(insertReplies, m.pk, replies)
 	}
-	var finished, unlocked bool
+	finished := func() bool { return false }
 	if last && !hasReplies {
-		if r.d.hooks.beforeFinish != nil {
-			r.d.hooks.beforeFinish(r.s.conv)
-		}
-		b.Queue(messageDone, m.pk)
-		b.Queue(moveHeadAndFinish, r.s.conv, m.seq).QueryRow(func(row pgx.Row) error { return row.Scan(&finished) })
-		b.Queue(unlockIfFinished, lockNamespace, r.s.conv, r.s.fence).Exec(func(ct pgconn.CommandTag) error {
-			unlocked = ct.RowsAffected() == 1
-			return nil
-		})
+		finished = r.finishMessage(b, m)
 	}
 	if st.kind == "send" && r.tenant.PairGapMS > 0 {
 		// Counted from the answer, which came after Meta took the message:
@@ -262,9 +254,29 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 	if err := r.s.write(ctx, b); err != nil {
 		return outcome{}, err
 	}
-	r.s.unlocked = unlocked
 	st.status = "done"
-	return outcome{kind: outcomeDone, finished: finished}, nil
+	return outcome{kind: outcomeDone, finished: finished()}, nil
+}
+
+// finishMessage queues into b, the batch of m's last step, the writes that
+// finish m: the message done, the head moved and — when that caught the
+// conversation up — the drain ended and the lock released with the commit.
+// Call the returned func once b is written: it says whether the drain ended.
+func (r *run) finishMessage(b *pgx.Batch, m message) func() bool {
+	if r.d.hooks.beforeFinish != nil {
+		r.d.hooks.beforeFinish(r.s.conv)
+	}
+	var finished, unlocked bool
+	b.Queue(messageDone, m.pk)
+	b.Queue(moveHeadAndFinish, r.s.conv, m.seq).QueryRow(func(row pgx.Row) error { return row.Scan(&finished) })
+	b.Queue(unlockIfFinished, lockNamespace, r.s.conv, r.s.fence).Exec(func(ct pgconn.CommandTag) error {
+		unlocked = ct.RowsAffected() == 1
+		return nil
+	})
+	return func() bool {
+		r.s.unlocked = unlocked
+		return finished
+	}
 }
 
 // settleAmbiguous deals with a send whose last attempt has no known outcome:
@@ -290,16 +302,16 @@ func (r *run) settleAmbiguous(ctx context.Context, m message, st *step, last boo
 	if st.providerStatus != nil || st.providerID != nil {
 		b := &pgx.Batch{}
 		b.Queue(stepDone, st.id, st.providerID)
+		finished := func() bool { return false }
 		if last {
-			b.Queue(messageDone, m.pk)
-			b.Queue(moveHead, r.s.conv, m.seq)
+			finished = r.finishMessage(b, m)
 		}
 		if err := r.s.write(ctx, b); err != nil {
 			return outcome{}, true, err
 		}
 		st.status = "done"
 		r.log.InfoContext(ctx, "ambiguous send settled by a status webhook; not resent", slog.Int64("step_id", st.id), slog.Int64("seq", m.seq))
-		return outcome{kind: outcomeDone}, true, nil
+		return outcome{kind: outcomeDone, finished: finished()}, true, nil
 	}
 	if r.tenant.Ambiguous == "reconcile" && st.sinceStart != nil {
 		if wait := r.d.cfg.ReconcileWait - *st.sinceStart; wait > 0 {
