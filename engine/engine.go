@@ -21,6 +21,7 @@ import (
 type Engine struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
+	ingest *batcher // groups concurrent Ingest calls (batch.go)
 }
 
 // New returns an Engine on pool.
@@ -28,7 +29,7 @@ func New(pool *pgxpool.Pool, logger *slog.Logger) *Engine {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Engine{pool: pool, logger: logger}
+	return &Engine{pool: pool, logger: logger, ingest: newBatcher()}
 }
 
 // Querier is what ingest runs on: the pool, or a caller's transaction.
@@ -65,8 +66,10 @@ FROM ordo.messages m JOIN ordo.conversations c ON c.id = m.conversation_pk
 WHERE m.id = $1`
 
 // Ingest accepts m once: on the pool it is durable when Ingest returns.
+// Concurrent calls share one transaction (batch.go); each returns only after
+// the commit holding its message.
 func (e *Engine) Ingest(ctx context.Context, m NewMessage) (Accepted, error) {
-	return e.IngestTx(ctx, e.pool, m)
+	return e.ingestGrouped(ctx, m)
 }
 
 // IngestTx accepts m inside q, which may be a caller's transaction: the

@@ -1,0 +1,266 @@
+package engine
+
+// Group commit for Engine.Ingest. One message per transaction costs a round
+// trip and a commit (a WAL flush) each; when many Ingest calls are in flight
+// at once, they share one: a pgx batch of enqueue_message calls, pipelined,
+// in one implicit transaction, committed once. Every caller is answered only
+// after that commit, so a 2xx still means committed.
+//
+// There is no background goroutine to start or stop (tests make many
+// Engines and never close them): a call that finds a free slot starts a
+// short-lived goroutine that runs batches while calls are waiting, and ends
+// when none are. There is no timer either: a lone call runs at once, and
+// calls gather only while earlier batches are in flight.
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+const (
+	// defaultMaxInFlight bounds the batches running at once, so a burst of
+	// calls takes a few pool connections, not one per call.
+	defaultMaxInFlight = 4
+	// defaultMaxBatch bounds the messages of one batch: a bigger batch holds
+	// its conversations' row locks longer and costs more when it has to be
+	// run again one by one.
+	defaultMaxBatch = 64
+	// batchTimeout bounds one batch, whose context is no single caller's.
+	batchTimeout = 30 * time.Second
+)
+
+// batchEnqueueQuery is enqueueQuery with the original's conversation and
+// status joined in, so a duplicate needs no second round trip. The join sees
+// rows of earlier statements of the same batch; it does not see a copy that
+// another transaction committed while enqueue_message ran (the statement's
+// snapshot is older), and then the conversation is NULL and looked up after
+// the commit.
+const batchEnqueueQuery = `
+SELECT e.id, e.seq, e.duplicate, c.conversation_id, m.status
+FROM ordo.enqueue_message($1, $2, $3, $4, $5) e
+LEFT JOIN ordo.messages m ON e.duplicate AND m.id = e.id
+LEFT JOIN ordo.conversations c ON c.id = m.conversation_pk`
+
+// ingestCall is one Ingest waiting for its batch.
+type ingestCall struct {
+	ctx  context.Context
+	msg  NewMessage
+	done chan ingestResult // buffered: a batch never waits for a caller that left
+}
+
+type ingestResult struct {
+	accepted Accepted
+	err      error
+}
+
+// batcher holds the calls waiting for a batch and counts the running ones.
+type batcher struct {
+	maxInFlight int
+	maxBatch    int
+
+	mu      sync.Mutex
+	pending []*ingestCall
+	running int
+
+	// batches and retried count batches sent and batches that failed and
+	// were run again one message at a time; tests read them.
+	batches atomic.Int64
+	retried atomic.Int64
+}
+
+func newBatcher() *batcher {
+	return &batcher{maxInFlight: defaultMaxInFlight, maxBatch: defaultMaxBatch}
+}
+
+// add queues c and, when a slot is free, takes a batch for the caller to run.
+func (b *batcher) add(c *ingestCall) []*ingestCall {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.pending = append(b.pending, c)
+	if b.running >= b.maxInFlight {
+		return nil
+	}
+	return b.take()
+}
+
+// finish frees a batch's slot and takes the next batch for the same runner,
+// so waiting calls never depend on a later arrival to start them.
+func (b *batcher) finish() []*ingestCall {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.running--
+	if len(b.pending) == 0 {
+		return nil
+	}
+	return b.take()
+}
+
+// take moves up to maxBatch pending calls, oldest first, into a new batch.
+// b.mu is held.
+func (b *batcher) take() []*ingestCall {
+	n := min(len(b.pending), b.maxBatch)
+	batch := b.pending[:n:n]
+	if n == len(b.pending) {
+		b.pending = nil
+	} else {
+		b.pending = slices.Clone(b.pending[n:])
+	}
+	b.running++
+	return batch
+}
+
+// state reports the running batches and the waiting calls (for tests).
+func (b *batcher) state() (running, pending int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.running, len(b.pending)
+}
+
+// ingestGrouped is Ingest through the batcher: it returns once the batch
+// holding m committed (or failed), or when ctx ends.
+func (e *Engine) ingestGrouped(ctx context.Context, m NewMessage) (Accepted, error) {
+	if err := ctx.Err(); err != nil {
+		return Accepted{}, translate(err, "enqueue message")
+	}
+	c := &ingestCall{ctx: ctx, msg: m, done: make(chan ingestResult, 1)}
+	if batch := e.ingest.add(c); batch != nil {
+		// Its own goroutine, so this caller can still leave on its ctx
+		// while the others' messages are being committed.
+		go e.runBatches(batch)
+	}
+	select {
+	case r := <-c.done:
+		return r.accepted, r.err
+	case <-ctx.Done():
+		select {
+		case r := <-c.done:
+			return r.accepted, r.err
+		default:
+		}
+		// If the batch was sent, the message may still commit: as when a
+		// client hangs up mid-request, a retry gets it as a duplicate.
+		return Accepted{}, translate(ctx.Err(), "enqueue message")
+	}
+}
+
+// runBatches runs batch, then every batch that gathered meanwhile and finds
+// no other runner, and returns when no call is waiting.
+func (e *Engine) runBatches(batch []*ingestCall) {
+	for batch != nil {
+		e.runBatch(batch)
+		batch = e.ingest.finish()
+	}
+}
+
+// runBatch commits calls in one transaction and answers every one of them.
+func (e *Engine) runBatch(calls []*ingestCall) {
+	// Calls that left before their batch was sent are not sent.
+	live := make([]*ingestCall, 0, len(calls))
+	for _, c := range calls {
+		if err := c.ctx.Err(); err != nil {
+			c.done <- ingestResult{err: translate(err, "enqueue message")}
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	// One lock order for every batch: conversations sorted, so two batches
+	// touching the same conversations queue instead of deadlocking; the
+	// stable sort keeps a conversation's messages in arrival order.
+	slices.SortStableFunc(live, func(a, b *ingestCall) int {
+		return cmp.Or(strings.Compare(a.msg.Tenant, b.msg.Tenant), strings.Compare(a.msg.ConversationID, b.msg.ConversationID))
+	})
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(live[0].ctx), batchTimeout)
+	defer cancel()
+
+	e.ingest.batches.Add(1)
+	results, err := e.enqueueBatch(ctx, live)
+	if err == nil {
+		for i, c := range live {
+			c.done <- results[i]
+		}
+		return
+	}
+	if len(live) == 1 {
+		// A batch of one is the single path: its error is the message's own.
+		live[0].done <- ingestResult{err: translate(err, "enqueue message")}
+		return
+	}
+	// The whole transaction rolled back (one bad message, a deadlock, a lost
+	// connection…): run each message on its own, so a bad one fails only
+	// itself and every caller gets the answer it would get unbatched.
+	e.ingest.retried.Add(1)
+	level, attrs := slog.LevelInfo, []any{"messages", len(live)}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		attrs = append(attrs, "sqlstate", pgErr.Code)
+	}
+	if code := ErrorCode(translate(err, "")); code == CodeInvalid || code == CodeNotFound {
+		level = slog.LevelDebug // a client's bad input, not a fault
+	}
+	e.logger.Log(ctx, level, "ingest batch failed; running its messages one by one", attrs...)
+	for _, c := range live {
+		a, err := e.IngestTx(c.ctx, e.pool, c.msg)
+		c.done <- ingestResult{accepted: a, err: err}
+	}
+}
+
+// enqueueBatch runs enqueue_message for every call in one pipelined implicit
+// transaction and returns the answers once it committed. Any error means
+// nothing of the batch was stored.
+func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]ingestResult, error) {
+	batch := &pgx.Batch{}
+	for _, c := range calls {
+		var dir *string
+		if c.msg.Direction != "" {
+			dir = &c.msg.Direction
+		}
+		batch.Queue(batchEnqueueQuery, c.msg.Tenant, c.msg.ConversationID, c.msg.MessageID, dir, c.msg.Payload)
+	}
+	br := e.pool.SendBatch(ctx, batch)
+	out := make([]ingestResult, len(calls))
+	ids := make([]int64, len(calls))
+	var missed []int // duplicates whose original the join did not see
+	for i, c := range calls {
+		var conv, status *string
+		a := Accepted{MessageID: c.msg.MessageID, ConversationID: c.msg.ConversationID, Status: "queued"}
+		if err := br.QueryRow().Scan(&ids[i], &a.Seq, &a.Duplicate, &conv, &status); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+		a.ID = strconv.FormatInt(ids[i], 10)
+		switch {
+		case conv != nil && status != nil:
+			a.ConversationID, a.Status = *conv, *status
+		case a.Duplicate:
+			missed = append(missed, i)
+		}
+		out[i].accepted = a
+	}
+	// Close reads up to the Sync: only now is the transaction committed.
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	// The join misses an original committed while the batch ran (see
+	// batchEnqueueQuery); it is committed, and visible, now.
+	for _, i := range missed {
+		a := &out[i].accepted
+		if err := e.pool.QueryRow(ctx, originalQuery, ids[i]).Scan(&a.ConversationID, &a.Status); err != nil {
+			out[i] = ingestResult{err: translate(err, "read original message")}
+		}
+	}
+	return out, nil
+}
