@@ -40,18 +40,6 @@ const (
 	batchTimeout = 30 * time.Second
 )
 
-// batchEnqueueQuery is enqueueQuery with the original's conversation and
-// status joined in, so a duplicate needs no second round trip. The join sees
-// rows of earlier statements of the same batch; it does not see a copy that
-// another transaction committed while enqueue_message ran (the statement's
-// snapshot is older), and then the conversation is NULL and looked up after
-// the commit.
-const batchEnqueueQuery = `
-SELECT e.id, e.seq, e.duplicate, c.conversation_id, m.status
-FROM ordo.enqueue_message($1, $2, $3, $4, $5) e
-LEFT JOIN ordo.messages m ON e.duplicate AND m.id = e.id
-LEFT JOIN ordo.conversations c ON c.id = m.conversation_pk`
-
 // ingestCall is one Ingest waiting for its batch.
 type ingestCall struct {
 	ctx  context.Context
@@ -228,25 +216,21 @@ func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]inges
 		if c.msg.Direction != "" {
 			dir = &c.msg.Direction
 		}
-		batch.Queue(batchEnqueueQuery, c.msg.Tenant, c.msg.ConversationID, c.msg.MessageID, dir, c.msg.Payload)
+		batch.Queue(enqueueQuery, c.msg.Tenant, c.msg.ConversationID, c.msg.MessageID, dir, c.msg.Payload)
 	}
 	br := e.pool.SendBatch(ctx, batch)
 	out := make([]ingestResult, len(calls))
 	ids := make([]int64, len(calls))
-	var missed []int // duplicates whose original the join did not see
+	var dups []int
 	for i, c := range calls {
-		var conv, status *string
 		a := Accepted{MessageID: c.msg.MessageID, ConversationID: c.msg.ConversationID, Status: "queued"}
-		if err := br.QueryRow().Scan(&ids[i], &a.Seq, &a.Duplicate, &conv, &status); err != nil {
+		if err := br.QueryRow().Scan(&ids[i], &a.Seq, &a.Duplicate); err != nil {
 			_ = br.Close()
 			return nil, err
 		}
 		a.ID = strconv.FormatInt(ids[i], 10)
-		switch {
-		case conv != nil && status != nil:
-			a.ConversationID, a.Status = *conv, *status
-		case a.Duplicate:
-			missed = append(missed, i)
+		if a.Duplicate {
+			dups = append(dups, i)
 		}
 		out[i].accepted = a
 	}
@@ -254,9 +238,12 @@ func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]inges
 	if err := br.Close(); err != nil {
 		return nil, err
 	}
-	// The join misses an original committed while the batch ran (see
-	// batchEnqueueQuery); it is committed, and visible, now.
-	for _, i := range missed {
+	// A duplicate answers with its original's conversation and status, read
+	// after the commit: an original committed by another transaction while
+	// enqueue_message ran is invisible to the batch's own statements (their
+	// snapshots are older), and a join against the function's result would
+	// be planned as a scan of the whole table. Duplicates are rare.
+	for _, i := range dups {
 		a := &out[i].accepted
 		if err := e.pool.QueryRow(ctx, originalQuery, ids[i]).Scan(&a.ConversationID, &a.Status); err != nil {
 			out[i] = ingestResult{err: translate(err, "read original message")}

@@ -41,8 +41,11 @@ type Drainer struct {
 	handlers http.Client
 	logger   *slog.Logger
 	stopping atomic.Bool
-	hooks    hooks
-	creds    credentialCache
+	// noStealUntil (unix ns): a drain found nothing to steal; until then
+	// none looks.
+	noStealUntil atomic.Int64
+	hooks        hooks
+	creds        credentialCache
 }
 
 // hooks let tests force interleavings; nil in production.
@@ -78,69 +81,189 @@ const currentJobQuery = `SELECT drain_job_id IS NOT DISTINCT FROM $2 FROM ordo.c
 
 // Drain runs conversation conv until it has nothing left, yields, must wait
 // (a step's backoff), or halts on a dead letter. jobID is the River job.
+// Caught up with time to spare, the job goes on with other conversations'
+// due drain jobs (steal) rather than hand its worker back to River.
 func (d *Drainer) Drain(ctx context.Context, conv, jobID int64) error {
+	started := time.Now()
+	res, err := d.drainConversation(ctx, conv, jobID, started)
+	if err != nil {
+		return err
+	}
+	if res.again {
+		return river.JobSnooze(res.after)
+	}
+	if !res.caughtUp {
+		return nil
+	}
+	for time.Since(started) < d.cfg.MaxRunTime && !d.stopping.Load() && ctx.Err() == nil {
+		next, ok, err := d.steal(ctx, jobID)
+		if err != nil {
+			d.logger.WarnContext(ctx, "steal a drain job", slog.Int64("job_id", jobID), slog.String("error", err.Error()))
+			return nil
+		}
+		if !ok {
+			return nil
+		}
+		if next == 0 {
+			continue // a job its conversation no longer counts on: gone now
+		}
+		res, err := d.drainConversation(ctx, next, jobID, started)
+		if err == nil && res.caughtUp {
+			continue
+		}
+		// The conversation counts on this job, which is about to end: give
+		// it a job of its own, due when its drain wanted to come back. A
+		// halted conversation counts on no job, and nothing happens.
+		after := res.after
+		if err != nil {
+			after = 0
+		}
+		if _, herr := d.pool.Exec(context.WithoutCancel(ctx), handBackQuery, next, jobID, after); herr != nil {
+			// The reconciler re-schedules it once this job has completed.
+			d.logger.WarnContext(ctx, "hand a stolen conversation back", slog.Int64("conversation", next), slog.String("error", herr.Error()))
+		}
+		if err != nil {
+			d.logger.WarnContext(ctx, "drain a stolen conversation", slog.Int64("conversation", next), slog.String("error", err.Error()))
+		}
+		return nil
+	}
+	return nil
+}
+
+// stealQuery lets drain job $1, caught up with its own conversation and
+// with time left in its run, go on with the oldest due drain job of another
+// conversation instead of handing its worker back to River. The stolen job's
+// row is deleted (River would fetch it and record its completion: two
+// updates that touch every index of river_job) and its conversation counts
+// on $1 from then on. The row is locked with SKIP LOCKED, as River's own
+// fetch locks it, so a job is taken by River or by one stealer, never both.
+// No row: no drain job is due. A job whose conversation no longer counts on
+// it (replaced, or the conversation halted) is deleted too, and its
+// conversation is NULL.
+const stealQuery = `
+WITH j AS (
+    SELECT r.id, (r.args->>'conversation')::bigint AS conv
+    FROM ordo.river_job r
+    WHERE r.state = 'available' AND r.queue = 'ordo' AND r.priority = 1 AND r.scheduled_at <= now() AND r.kind = 'ordo_drain'
+    ORDER BY r.priority, r.scheduled_at, r.id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED),
+d AS (DELETE FROM ordo.river_job r USING j WHERE r.id = j.id RETURNING j.id, j.conv),
+u AS (
+    UPDATE ordo.conversations c SET drain_job_id = $1
+    FROM d WHERE c.id = d.conv AND c.drain_job_id = d.id
+    RETURNING c.id)
+SELECT d.id, u.id FROM d LEFT JOIN u ON true`
+
+// stealPause is how long the process's drains stop looking for a job to
+// steal after a look found none.
+const stealPause = 50 * time.Millisecond
+
+// handBackQuery gives a stolen conversation still counting on job $2 a drain
+// job of its own, due after $3.
+const handBackQuery = `SELECT ordo.hand_back_drain($1, $2, $3)`
+
+// steal takes the oldest due drain job of another conversation for jobID
+// (stealQuery). ok false: none is due. conv 0: the job found was one its
+// conversation no longer counts on (it is deleted; look again). When
+// nothing was due, the process does not look again for stealPause: River's
+// producers keep up then, and an empty look still costs an index scan.
+func (d *Drainer) steal(ctx context.Context, jobID int64) (conv int64, ok bool, err error) {
+	if time.Now().UnixNano() < d.noStealUntil.Load() {
+		return 0, false, nil
+	}
+	var (
+		stolen int64
+		c      *int64
+	)
+	err = d.pool.QueryRow(ctx, stealQuery, jobID).Scan(&stolen, &c)
+	if errors.Is(err, pgx.ErrNoRows) {
+		d.noStealUntil.Store(time.Now().Add(stealPause).UnixNano())
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if c == nil {
+		return 0, true, nil
+	}
+	return *c, true, nil
+}
+
+// result is how a run over one conversation ended.
+type result struct {
+	caughtUp bool          // nothing left: the conversation's drain ended
+	again    bool          // the conversation needs its drain again after `after`
+	after    time.Duration // (a yield, a backoff, a busy lock)
+}
+
+// drainConversation runs conv's messages in order under its lock, within
+// the run's budget (MaxMessagesPerRun, MaxRunTime from started).
+func (d *Drainer) drainConversation(ctx context.Context, conv, jobID int64, started time.Time) (result, error) {
 	s, st, found, err := openSession(ctx, d.pool, conv, d.cfg.Lease.Milliseconds())
 	if errors.Is(err, errLockBusy) {
 		// Another drain has it. If this job is the one the conversation
 		// counts on, come back; if not, the holder's own finish covers it.
 		var current bool
 		if err := d.pool.QueryRow(ctx, currentJobQuery, conv, jobID).Scan(&current); err == nil && !current {
-			return nil
+			return result{}, nil
 		}
-		return river.JobSnooze(d.cfg.LockBusyDelay)
+		return result{again: true, after: d.cfg.LockBusyDelay}, nil
 	}
 	if err != nil {
-		return err
+		return result{}, err
 	}
 	defer s.close()
 	if !found {
-		return nil // conversation deleted with its tenant
+		return result{}, nil // conversation deleted with its tenant
 	}
 	log := d.logger.With(slog.Int64("conversation", conv), slog.Int64("job_id", jobID), slog.Int64("fence", st.fence))
 	if st.halted {
 		_, err := s.conn.Exec(ctx, clearHaltedQuery, conv, st.fence)
-		return err
+		return result{}, err
 	}
 	r := &run{d: d, s: s, tenant: st.tenant, conversationID: st.conversationID, log: log, credentialAt: st.credentialAt}
 
-	started := time.Now()
 	head := st.headSeq
+	m, steps, err := st.next, st.nextSteps, st.nextErr // read with the takeover
 	for n := 0; ; n++ {
 		if n >= d.cfg.MaxMessagesPerRun || time.Since(started) > d.cfg.MaxRunTime || d.stopping.Load() {
-			return river.JobSnooze(0) // yield the worker; keep our place in line
+			return result{again: true}, nil // yield the worker; keep our place in line
 		}
-		m, steps, err := r.next(ctx, head)
+		if n > 0 {
+			m, steps, err = r.next(ctx, head)
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			if d.hooks.beforeFinish != nil {
 				d.hooks.beforeFinish(conv)
 			}
 			done, err := s.finish(ctx)
 			if err != nil {
-				return r.stop(err)
+				return result{}, r.stop(err)
 			}
 			if done {
-				return nil
+				return result{caughtUp: true}, nil
 			}
 			continue
 		}
 		if err != nil {
-			return err
+			return result{}, err
 		}
 		out, err := r.message(ctx, m, steps)
 		if err != nil {
-			return r.stop(err)
+			return result{}, r.stop(err)
 		}
 		switch out.kind {
 		case outcomeDone:
 			head = m.seq
 			if out.finished {
-				return nil // the message's last write also finished the drain
+				return result{caughtUp: true}, nil // the message's last write also finished the drain
 			}
 		case outcomeWait:
-			return river.JobSnooze(out.delay)
+			return result{again: true, after: out.delay}, nil
 		case outcomeHalted:
 			log.WarnContext(ctx, "conversation halted on a dead letter", slog.String("message_id", m.id), slog.Int64("seq", m.seq))
-			return nil
+			return result{}, nil
 		}
 	}
 }
@@ -155,12 +278,32 @@ FROM (SELECT id, message_id, seq, direction, payload FROM ordo.messages
 LEFT JOIN ordo.steps s ON s.message_pk = m.id
 ORDER BY s.idx`
 
+// firstQuery is nextQuery after the conversation's current head: it rides
+// in the takeover's round trip (and transaction), after the takeover.
+const firstQuery = `
+SELECT m.id, m.message_id, m.seq, m.direction, m.payload,
+       s.id, s.idx, s.kind, s.status, s.request, s.attempts, clock_timestamp() - s.started_at, s.provider_status, s.provider_message_id
+FROM (SELECT id, message_id, seq, direction, payload FROM ordo.messages
+      WHERE conversation_pk = $1 AND seq > (SELECT head_seq FROM ordo.conversations WHERE id = $1) ORDER BY seq LIMIT 1) m
+LEFT JOIN ordo.steps s ON s.message_pk = m.id
+ORDER BY s.idx`
+
 // next returns the message after head and its steps (pgx.ErrNoRows: none).
 func (r *run) next(ctx context.Context, head int64) (message, []step, error) {
 	rows, err := r.s.conn.Query(ctx, nextQuery, r.s.conv, head)
 	if err != nil {
 		return message{}, nil, r.s.fail(fmt.Errorf("read next message: %w", err))
 	}
+	m, steps, err := scanNext(rows)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return message{}, nil, r.s.fail(err)
+	}
+	return m, steps, err
+}
+
+// scanNext reads nextQuery's rows: a message and its steps, or
+// pgx.ErrNoRows when there is no next message.
+func scanNext(rows pgx.Rows) (message, []step, error) {
 	defer rows.Close()
 	var (
 		m     message
@@ -178,7 +321,7 @@ func (r *run) next(ctx context.Context, head int64) (message, []step, error) {
 		)
 		if err := rows.Scan(&m.pk, &m.id, &m.seq, &m.direction, &m.payload,
 			&id, &idx, &kind, &stat, &st.request, &att, &st.sinceStart, &st.providerStatus, &st.providerID); err != nil {
-			return message{}, nil, r.s.fail(fmt.Errorf("read next message: %w", err))
+			return message{}, nil, fmt.Errorf("read next message: %w", err)
 		}
 		found = true
 		if id != nil {
@@ -187,7 +330,7 @@ func (r *run) next(ctx context.Context, head int64) (message, []step, error) {
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return message{}, nil, r.s.fail(fmt.Errorf("read next message: %w", err))
+		return message{}, nil, fmt.Errorf("read next message: %w", err)
 	}
 	if !found {
 		return message{}, nil, pgx.ErrNoRows

@@ -2,18 +2,19 @@ package jobs
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
 // Pacing keeps a tenant's sends inside Meta's limits across every worker
-// process, with Postgres as the only shared state (ordo.reserve_send):
+// process, with Postgres as the only shared state (ordo.reserve_send, which
+// ordo.start_step calls before it records a send attempt: run.start):
 //
 //   - throughput per phone number: ordo.send_pacing holds the number's next
 //     free send slot; one atomic upsert hands out a slot and moves it on by
-//     1/send_rate. A drain sleeps until its slot when it is near
-//     (PaceMaxSleep) and otherwise keeps the slot on its conversation and
-//     snoozes until then, so it never polls and never loses its place;
+//     1/send_rate. The slot is kept on the conversation (send_slot_at) until
+//     it comes: a drain sleeps until it when it is near (PaceMaxSleep) and
+//     otherwise snoozes until then, and either way gets that same slot
+//     back, so it never polls and never loses its place;
 //   - pair rate: a conversation is one user, so the minimum gap between two
 //     sends to a user is the conversation's pair_ready_at (set from each
 //     send's answer), waited for before a number slot is taken (a user's gap
@@ -22,45 +23,6 @@ import (
 //     out by the retry delay, slots already handed out inside that window are
 //     given up, so every conversation of the number slows down (slowNumber);
 //   - a paused tenant's drains do not send at all.
-
-const reserveSend = `SELECT verdict, wait FROM ordo.reserve_send($1, $2, $3, $4, $5)`
-
-// pace waits until the conversation may send. ok false means not now: the
-// drain ends its run with out (snooze until the slot, or until the tenant's
-// paused sending is looked at again).
-func (r *run) pace(ctx context.Context) (out outcome, ok bool, err error) {
-	for {
-		var (
-			verdict string
-			wait    *time.Duration
-		)
-		err := r.s.conn.QueryRow(ctx, reserveSend, r.tenant.ID, r.s.conv, r.s.fence, r.cred.PhoneNumberID, r.d.cfg.PaceMaxSleep).Scan(&verdict, &wait)
-		if err != nil {
-			return outcome{}, false, r.s.fail(fmt.Errorf("reserve send slot: %w", err))
-		}
-		var d time.Duration
-		if wait != nil {
-			d = *wait
-		}
-		switch verdict {
-		case "paused":
-			return outcome{kind: outcomeWait, delay: r.d.cfg.PausedRecheck}, false, nil
-		case "go":
-			return outcome{}, true, sleep(ctx, d)
-		default: // "wait": the pair gap, or a slot too far out to sleep for
-			if d > r.d.cfg.PaceMaxSleep {
-				return outcome{kind: outcomeWait, delay: d}, false, nil
-			}
-			if err := sleep(ctx, d); err != nil {
-				return outcome{}, false, err
-			}
-		}
-	}
-}
-
-// pairGapFromNow starts the user's pair gap after a send; ordo.reserve_send
-// makes the conversation's next send wait for it.
-const pairGapFromNow = `UPDATE ordo.conversations SET pair_ready_at = clock_timestamp() + $2::interval WHERE id = $1`
 
 // slowNumber pushes the phone number's next slot (and with it every
 // conversation of the number) out by $2 after Meta said it is over its

@@ -37,7 +37,7 @@ func TestReserveSendSpacing(t *testing.T) {
 			verdict string
 			wait    *time.Duration
 		)
-		if err := pool.QueryRow(ctx, reserveSend, tenant, conv, 0, "P1", horizon).Scan(&verdict, &wait); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT verdict, wait FROM ordo.reserve_send($1, $2, $3, $4, $5)`, tenant, conv, 0, "P1", horizon).Scan(&verdict, &wait); err != nil {
 			t.Fatal(err)
 		}
 		if wait == nil {

@@ -39,9 +39,9 @@ func classifySend(err error) *failure {
 	return &failure{msg: se.Error(), action: a, class: se.Class.String(), retryAfter: se.RetryAfter}
 }
 
-// prepareSend readies a send step: the tenant's WhatsApp credential, then a
-// slot in the pacing. ok false means not now, and out says when to look
-// again (a tenant without a usable credential has its sending paused: every
+// prepareSend readies a send step: the tenant's WhatsApp credential (the
+// slot in the pacing is taken with the attempt's start). ok false means not
+// now, and out says when to look again (a tenant without a usable credential has its sending paused: every
 // send would fail the same way until an operator fixes it).
 func (r *run) prepareSend(ctx context.Context) (out outcome, ok bool, err error) {
 	if r.cred == nil {
@@ -61,7 +61,7 @@ func (r *run) prepareSend(ctx context.Context) (out outcome, ok bool, err error)
 		r.cred = &cred
 		r.d.creds.put(r.tenant.ID, r.credentialAt, cred)
 	}
-	return r.pace(ctx)
+	return outcome{}, true, nil
 }
 
 // loadCredential reads the tenant's whatsapp credential; problem says why it

@@ -50,8 +50,9 @@ const unlockQuery = `SELECT pg_advisory_unlock($1::int, ($2 % 2147483647)::int),
 
 // openQuery takes conv's advisory lock and, when it got it, takes the
 // conversation over (bumps the fence under FOR UPDATE) and reads the tenant
-// and the stamp of its WhatsApp credential: one round trip where there were
-// four (lock, takeover, tenant, credential).
+// and the stamp of its WhatsApp credential; firstQuery follows it in the same
+// round trip: one where there were five (lock, takeover, tenant, credential,
+// first message).
 const openQuery = `
 WITH lk AS MATERIALIZED (
     SELECT pg_try_advisory_lock($1::int, ($2 % 2147483647)::int) AS ok, set_config('idle_session_timeout', $3, false) AS lease),
@@ -94,9 +95,21 @@ func openSession(ctx context.Context, pool *pgxpool.Pool, conv int64, lease int6
 		created *time.Time
 		paused  *time.Time
 	)
-	err = conn.QueryRow(ctx, openQuery, lockNamespace, conv, strconv.FormatInt(lease, 10)).Scan(
-		&locked, &fence, &head, &last, &halted, &tenant, &convID, &st.drainJobID,
-		&slug, &name, &handler, &onDead, &ambig, &maxAtt, &rate, &gap, &paused, &reason, &created, &st.credentialAt)
+	b := &pgx.Batch{}
+	b.Queue(openQuery, lockNamespace, conv, strconv.FormatInt(lease, 10)).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&locked, &fence, &head, &last, &halted, &tenant, &convID, &st.drainJobID,
+			&slug, &name, &handler, &onDead, &ambig, &maxAtt, &rate, &gap, &paused, &reason, &created, &st.credentialAt)
+	})
+	// The first message is read in the same round trip; it means something
+	// only when the lock was taken.
+	b.Queue(firstQuery, conv).Query(func(rows pgx.Rows) error {
+		st.next, st.nextSteps, st.nextErr = scanNext(rows)
+		if errors.Is(st.nextErr, pgx.ErrNoRows) {
+			return nil
+		}
+		return st.nextErr
+	})
+	err = conn.SendBatch(ctx, b).Close()
 	if err != nil {
 		c := conn.Hijack() // the lock's state is unknown: drop the session with it
 		_ = c.Close(context.WithoutCancel(ctx))
@@ -153,6 +166,11 @@ type convState struct {
 	drainJobID     *int64
 	tenant         tenants.Tenant
 	credentialAt   *time.Time // the WhatsApp credential's updated_at; nil: none
+	// The message after the head, read with the takeover (nextErr
+	// pgx.ErrNoRows: none).
+	next      message
+	nextSteps []step
+	nextErr   error
 }
 
 const checkFence = `SELECT ordo.check_fence($1, $2)`
@@ -164,6 +182,18 @@ func (s *session) write(ctx context.Context, b *pgx.Batch) error {
 	fenced.Queue(checkFence, s.conv, s.fence)
 	fenced.QueuedQueries = append(fenced.QueuedQueries, b.QueuedQueries...)
 	if err := s.conn.SendBatch(ctx, fenced).Close(); err != nil {
+		if IsFenced(err) {
+			return ErrFenced
+		}
+		return s.fail(err)
+	}
+	return nil
+}
+
+// queryRow runs one fenced statement (an ordo.*_step call, which checks
+// the fence itself) and scans its row.
+func (s *session) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	if err := s.conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
 		if IsFenced(err) {
 			return ErrFenced
 		}

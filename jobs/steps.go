@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ordo-dev/ordo/jobs/whatsapp"
 	"github.com/ordo-dev/ordo/tenants"
@@ -143,53 +142,25 @@ func errorEntry(attempt int, msg, class string) []byte {
 	return entry
 }
 
-const startStep = `
-INSERT INTO ordo.steps AS s (message_pk, idx, kind, request, status, attempts, started_at)
-VALUES ($1, $2, $3, $4, 'running', 1, now())
-ON CONFLICT (message_pk, idx) DO UPDATE SET status = 'running', attempts = s.attempts + 1, started_at = now()
-RETURNING s.id, s.attempts`
+// startStepQuery checks the fence, takes a send slot (for a send: p_phone
+// set) and records the attempt as running, in one transaction.
+const startStepQuery = `SELECT verdict, wait, step_id, attempts FROM ordo.start_step($1, $2, $3, $4, $5, $6, $7, $8)`
 
-const markMessageRunning = `UPDATE ordo.messages SET status = 'running' WHERE id = $1 AND status = 'queued'`
+// finishStepQuery records a step done and, after a message's last step,
+// finishes the message, moves the head and — when that caught the
+// conversation up — ends the drain and releases the lock with the commit.
+const finishStepQuery = `SELECT finished, unlocked FROM ordo.finish_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 
 const markUnknown = `
 UPDATE ordo.steps SET status = 'unknown', ambiguous_count = ambiguous_count + 1, errors = errors || $2::jsonb
 WHERE id = $1 AND status = 'running'`
 
-const stepDone = `
-UPDATE ordo.steps SET status = 'done', provider_message_id = coalesce($2, provider_message_id), finished_at = now()
-WHERE id = $1`
-
-const messageDone = `UPDATE ordo.messages SET status = 'done', finished_at = now() WHERE id = $1`
-
 const moveHead = `UPDATE ordo.conversations SET head_seq = $2 WHERE id = $1`
-
-// moveHeadAndFinish moves the head after a message's last step and, when
-// that caught the conversation up, ends the drain in the same statement:
-// it holds the row lock ingest takes, so a message accepted meanwhile either
-// committed first (last_seq is past the head: go on) or sees the drain gone
-// and schedules a new one.
-const moveHeadAndFinish = `
-UPDATE ordo.conversations SET head_seq = $2,
-    drain_job_id = CASE WHEN last_seq = $2 THEN NULL ELSE drain_job_id END
-WHERE id = $1
-RETURNING last_seq = $2`
-
-// unlockIfFinished ends the batch that finished the drain by releasing the
-// conversation's lock (and the lease) with it: a session lock is not
-// transactional, but the next drain's takeover waits for this transaction's
-// row lock, so it still sees every write of this one.
-const unlockIfFinished = `
-SELECT pg_advisory_unlock($1::int, ($2 % 2147483647)::int), set_config('idle_session_timeout', '0', false)
-FROM ordo.conversations WHERE id = $2 AND fence = $3 AND head_seq = last_seq AND drain_job_id IS NULL`
-
-const insertReplies = `
-INSERT INTO ordo.steps (message_pk, idx, kind, request)
-SELECT $1, r.ord, 'send', r.reply FROM jsonb_array_elements($2::jsonb) WITH ORDINALITY AS r(reply, ord)
-ON CONFLICT (message_pk, idx) DO NOTHING`
 
 // step runs one attempt of st, after settling an earlier send attempt whose
 // outcome is unknown, and once the send may go (credential, pacing, pause).
 func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome, error) {
+	var phone *string
 	if st.kind == "send" {
 		if st.status == "running" || st.status == "unknown" {
 			out, settled, err := r.settleAmbiguous(ctx, m, st, last)
@@ -201,15 +172,10 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 		if err != nil || !ok {
 			return out, err
 		}
+		phone = &r.cred.PhoneNumberID
 	}
-
-	b := &pgx.Batch{}
-	b.Queue(startStep, m.pk, st.idx, st.kind, st.request).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&st.id, &st.attempts)
-	})
-	b.Queue(markMessageRunning, m.pk)
-	if err := r.s.write(ctx, b); err != nil {
-		return outcome{}, err
+	if out, ok, err := r.start(ctx, m, st, phone); err != nil || !ok {
+		return out, err
 	}
 
 	var (
@@ -235,48 +201,73 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 		}
 		return r.failed(ctx, m, st, f)
 	}
+	if len(replies) <= 2 { // "[]": no replies, no more steps
+		replies = nil
+	}
+	return r.finish(ctx, m, st, providerID, last && replies == nil, replies)
+}
 
-	b = &pgx.Batch{}
-	b.Queue(stepDone, st.id, providerID)
-	hasReplies := len(replies) > 2 // not "[]"
-	if hasReplies {
-		b.Queue(insertReplies, m.pk, replies)
+// start records an attempt of st as running, once it may run: ordo.start_step
+// checks the fence and, for a send, takes the phone number's next slot (and
+// waits out the user's pair gap). A slot near enough is slept for, holding
+// the conversation; one further out keeps its place on the conversation and
+// the drain snoozes until then. ok false means not now (out says when).
+func (r *run) start(ctx context.Context, m message, st *step, phone *string) (out outcome, ok bool, err error) {
+	for {
+		var (
+			verdict  string
+			wait     *time.Duration
+			id       *int64
+			attempts *int
+		)
+		if err := r.s.queryRow(ctx, startStepQuery, []any{r.s.conv, r.s.fence, r.tenant.ID, m.pk, st.idx, st.kind, st.request, phone},
+			&verdict, &wait, &id, &attempts); err != nil {
+			return outcome{}, false, fmt.Errorf("start step: %w", err)
+		}
+		switch verdict {
+		case "go":
+			st.id, st.attempts = *id, *attempts
+			return outcome{}, true, nil
+		case "paused":
+			return outcome{kind: outcomeWait, delay: r.d.cfg.PausedRecheck}, false, nil
+		}
+		var d time.Duration // "wait": the pair gap, or the slot
+		if wait != nil {
+			d = *wait
+		}
+		if d > r.d.cfg.PaceMaxSleep {
+			return outcome{kind: outcomeWait, delay: d}, false, nil
+		}
+		if err := sleep(ctx, d); err != nil {
+			return outcome{}, false, err
+		}
 	}
-	finished := func() bool { return false }
-	if last && !hasReplies {
-		finished = r.finishMessage(b, m)
+}
+
+// finish records st done in one write (ordo.finish_step). With last, st was
+// m's last step: m is done, the head moves and, when that caught the
+// conversation up, the drain ends and the lock goes with the commit.
+// replies (a JSON array, or nil) are a handler's replies, stored as m's next
+// steps in the same write.
+func (r *run) finish(ctx context.Context, m message, st *step, providerID *string, last bool, replies json.RawMessage) (outcome, error) {
+	if last && r.d.hooks.beforeFinish != nil {
+		r.d.hooks.beforeFinish(r.s.conv)
 	}
+	var gap *time.Duration
 	if st.kind == "send" && r.tenant.PairGapMS > 0 {
 		// Counted from the answer, which came after Meta took the message:
 		// the gap holds at Meta's end too.
-		b.Queue(pairGapFromNow, r.s.conv, time.Duration(r.tenant.PairGapMS)*time.Millisecond)
-	}
-	if err := r.s.write(ctx, b); err != nil {
-		return outcome{}, err
-	}
-	st.status = "done"
-	return outcome{kind: outcomeDone, finished: finished()}, nil
-}
-
-// finishMessage queues into b, the batch of m's last step, the writes that
-// finish m: the message done, the head moved and — when that caught the
-// conversation up — the drain ended and the lock released with the commit.
-// Call the returned func once b is written: it says whether the drain ended.
-func (r *run) finishMessage(b *pgx.Batch, m message) func() bool {
-	if r.d.hooks.beforeFinish != nil {
-		r.d.hooks.beforeFinish(r.s.conv)
+		g := time.Duration(r.tenant.PairGapMS) * time.Millisecond
+		gap = &g
 	}
 	var finished, unlocked bool
-	b.Queue(messageDone, m.pk)
-	b.Queue(moveHeadAndFinish, r.s.conv, m.seq).QueryRow(func(row pgx.Row) error { return row.Scan(&finished) })
-	b.Queue(unlockIfFinished, lockNamespace, r.s.conv, r.s.fence).Exec(func(ct pgconn.CommandTag) error {
-		unlocked = ct.RowsAffected() == 1
-		return nil
-	})
-	return func() bool {
-		r.s.unlocked = unlocked
-		return finished
+	if err := r.s.queryRow(ctx, finishStepQuery, []any{r.s.conv, r.s.fence, lockNamespace, st.id, providerID, m.pk, m.seq, last, replies, gap},
+		&finished, &unlocked); err != nil {
+		return outcome{}, fmt.Errorf("finish step: %w", err)
 	}
+	r.s.unlocked = unlocked
+	st.status = "done"
+	return outcome{kind: outcomeDone, finished: finished}, nil
 }
 
 // settleAmbiguous deals with a send whose last attempt has no known outcome:
@@ -300,18 +291,12 @@ func (r *run) settleAmbiguous(ctx context.Context, m message, st *step, last boo
 		r.log.WarnContext(ctx, "send outcome unknown", slog.Int64("step_id", st.id), slog.Int64("seq", m.seq))
 	}
 	if st.providerStatus != nil || st.providerID != nil {
-		b := &pgx.Batch{}
-		b.Queue(stepDone, st.id, st.providerID)
-		finished := func() bool { return false }
-		if last {
-			finished = r.finishMessage(b, m)
-		}
-		if err := r.s.write(ctx, b); err != nil {
+		out, err := r.finish(ctx, m, st, st.providerID, last, nil)
+		if err != nil {
 			return outcome{}, true, err
 		}
-		st.status = "done"
 		r.log.InfoContext(ctx, "ambiguous send settled by a status webhook; not resent", slog.Int64("step_id", st.id), slog.Int64("seq", m.seq))
-		return outcome{kind: outcomeDone, finished: finished()}, true, nil
+		return out, true, nil
 	}
 	if r.tenant.Ambiguous == "reconcile" && st.sinceStart != nil {
 		if wait := r.d.cfg.ReconcileWait - *st.sinceStart; wait > 0 {
