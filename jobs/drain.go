@@ -226,13 +226,17 @@ func (d *Drainer) drainConversation(ctx context.Context, conv, jobID int64, star
 
 	head := st.headSeq
 	m, steps, err := st.next, st.nextSteps, st.nextErr // read with the takeover
+	within := func(n int) bool {
+		return n < d.cfg.MaxMessagesPerRun && time.Since(started) <= d.cfg.MaxRunTime && !d.stopping.Load()
+	}
 	for n := 0; ; n++ {
-		if n >= d.cfg.MaxMessagesPerRun || time.Since(started) > d.cfg.MaxRunTime || d.stopping.Load() {
+		if !within(n) && !r.prefetched { // a prefetched message may have started: it goes on
 			return result{again: true}, nil // yield the worker; keep our place in line
 		}
-		if n > 0 {
+		if n > 0 && !r.prefetched {
 			m, steps, err = r.next(ctx, head)
 		}
+		r.prefetched = false
 		if errors.Is(err, pgx.ErrNoRows) {
 			if d.hooks.beforeFinish != nil {
 				d.hooks.beforeFinish(conv)
@@ -249,6 +253,9 @@ func (d *Drainer) drainConversation(ctx context.Context, conv, jobID int64, star
 		if err != nil {
 			return result{}, err
 		}
+		// The message's last write reads (and may start) the next one when
+		// this run will go on to it.
+		r.prefetch = within(n + 1)
 		out, err := r.message(ctx, m, steps)
 		if err != nil {
 			return result{}, r.stop(err)
@@ -258,6 +265,10 @@ func (d *Drainer) drainConversation(ctx context.Context, conv, jobID int64, star
 			head = m.seq
 			if out.finished {
 				return result{caughtUp: true}, nil // the message's last write also finished the drain
+			}
+			if out.next != nil {
+				m, steps, err = out.next.m, out.next.steps, out.next.err
+				r.prefetched = true
 			}
 		case outcomeWait:
 			return result{again: true, after: out.delay}, nil
@@ -272,17 +283,22 @@ func (d *Drainer) drainConversation(ctx context.Context, conv, jobID int64, star
 // steps, if any, in one round trip.
 const nextQuery = `
 SELECT m.id, m.message_id, m.seq, m.direction, m.payload,
-       s.id, s.idx, s.kind, s.status, s.request, s.attempts, clock_timestamp() - s.started_at, s.provider_status, s.provider_message_id
+       s.id, s.idx, s.kind, s.status, s.request, s.attempts, clock_timestamp() - s.started_at, s.provider_status, s.provider_message_id, false
 FROM (SELECT id, message_id, seq, direction, payload FROM ordo.messages
       WHERE conversation_pk = $1 AND seq > $2 ORDER BY seq LIMIT 1) m
 LEFT JOIN ordo.steps s ON s.message_pk = m.id
 ORDER BY s.idx`
 
+// nextStepQuery is nextQuery that also starts the next message's first
+// step when it is fresh and may start now (ordo.next_step); it rides in the
+// round trip of the previous message's last write.
+const nextStepQuery = `SELECT * FROM ordo.next_step($1, $2, $3, $4, $5)`
+
 // firstQuery is nextQuery after the conversation's current head: it rides
 // in the takeover's round trip (and transaction), after the takeover.
 const firstQuery = `
 SELECT m.id, m.message_id, m.seq, m.direction, m.payload,
-       s.id, s.idx, s.kind, s.status, s.request, s.attempts, clock_timestamp() - s.started_at, s.provider_status, s.provider_message_id
+       s.id, s.idx, s.kind, s.status, s.request, s.attempts, clock_timestamp() - s.started_at, s.provider_status, s.provider_message_id, false
 FROM (SELECT id, message_id, seq, direction, payload FROM ordo.messages
       WHERE conversation_pk = $1 AND seq > (SELECT head_seq FROM ordo.conversations WHERE id = $1) ORDER BY seq LIMIT 1) m
 LEFT JOIN ordo.steps s ON s.message_pk = m.id
@@ -320,7 +336,7 @@ func scanNext(rows pgx.Rows) (message, []step, error) {
 			att  *int
 		)
 		if err := rows.Scan(&m.pk, &m.id, &m.seq, &m.direction, &m.payload,
-			&id, &idx, &kind, &stat, &st.request, &att, &st.sinceStart, &st.providerStatus, &st.providerID); err != nil {
+			&id, &idx, &kind, &stat, &st.request, &att, &st.sinceStart, &st.providerStatus, &st.providerID, &st.started); err != nil {
 			return message{}, nil, fmt.Errorf("read next message: %w", err)
 		}
 		found = true

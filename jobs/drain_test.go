@@ -80,6 +80,10 @@ func TestConcurrentDuplicatesSentOnceInOrder(t *testing.T) {
 	b.WaitFor("every conversation to be caught up", 20*time.Second, func() bool {
 		return b.Count(`SELECT count(*) FROM ordo.conversations WHERE head_seq <> last_seq OR last_seq <> $1`, perConv) == 0
 	})
+	// The provider never failed: no send may have been left in doubt.
+	if n := b.Count(`SELECT coalesce(sum(ambiguous_count), 0)::int FROM ordo.steps`); n != 0 {
+		t.Errorf("ambiguous sends: %d, want 0 in a run without failures", n)
+	}
 }
 
 // A message accepted while the conversation's drain is finishing is sent:

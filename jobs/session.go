@@ -202,6 +202,18 @@ func (s *session) queryRow(ctx context.Context, sql string, args []any, dest ...
 	return nil
 }
 
+// send runs b (statements that check the fence themselves) as one
+// implicit transaction in one round trip.
+func (s *session) send(ctx context.Context, b *pgx.Batch) error {
+	if err := s.conn.SendBatch(ctx, b).Close(); err != nil {
+		if IsFenced(err) {
+			return ErrFenced
+		}
+		return s.fail(err)
+	}
+	return nil
+}
+
 // fail marks the connection untrustworthy when err left it in an unknown
 // state (anything but a clean server-side error).
 func (s *session) fail(err error) error {

@@ -30,6 +30,17 @@ type outcome struct {
 	// finished: the message's last write found the conversation caught up,
 	// ended the drain and released the conversation's lock.
 	finished bool
+	// next: the message's last write also read the next message (and may
+	// have started its first step); nil when it did not look.
+	next *nextMessage
+}
+
+// nextMessage is the next message as read with the last write of the one
+// before (err pgx.ErrNoRows: none).
+type nextMessage struct {
+	m     message
+	steps []step
+	err   error
 }
 
 // run is one drain run's context: the session, the tenant, and what it lazily
@@ -43,6 +54,9 @@ type run struct {
 	cred           *whatsapp.Credential
 	credentialAt   *time.Time // the credential row's updated_at, read on takeover
 	secret         []byte
+	// prefetch: the current message's last write reads the next message
+	// (the run goes on to it); prefetched: the message in hand was read so.
+	prefetch, prefetched bool
 }
 
 // step is a step row as a drain needs it. id is 0 until the step exists.
@@ -56,6 +70,9 @@ type step struct {
 	sinceStart     *time.Duration // since the last attempt started, by the database's clock
 	providerStatus *string
 	providerID     *string
+	// started: this drain recorded the attempt as running already (the
+	// previous message's last write started it); it goes straight out.
+	started bool
 }
 
 const stepsQuery = `
@@ -92,6 +109,7 @@ func firstSteps(m message, steps []step) []step {
 // again; the last step's completion finishes the message and moves the head
 // in the same write.
 func (r *run) message(ctx context.Context, m message, steps []step) (outcome, error) {
+	last := outcome{kind: outcomeDone}
 	for i := 0; i < len(steps); i++ {
 		if steps[i].status == "done" {
 			continue
@@ -100,6 +118,7 @@ func (r *run) message(ctx context.Context, m message, steps []step) (outcome, er
 		if err != nil || out.kind != outcomeDone || out.finished {
 			return out, err
 		}
+		last = out // the last step's carries the next message, if it read it
 		if steps[i].kind == "handle" {
 			// The handler's replies are steps now.
 			if steps, err = r.loadSteps(ctx, m); err != nil {
@@ -107,7 +126,7 @@ func (r *run) message(ctx context.Context, m message, steps []step) (outcome, er
 			}
 		}
 	}
-	return outcome{kind: outcomeDone}, nil
+	return last, nil
 }
 
 // action is what a failed step attempt leads to.
@@ -158,25 +177,15 @@ WHERE id = $1 AND status = 'running'`
 const moveHead = `UPDATE ordo.conversations SET head_seq = $2 WHERE id = $1`
 
 // step runs one attempt of st, after settling an earlier send attempt whose
-// outcome is unknown, and once the send may go (credential, pacing, pause).
+// outcome is unknown, and once the send may go (credential, pacing, pause);
+// a step the previous message's last write started goes straight out.
 func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome, error) {
-	var phone *string
-	if st.kind == "send" {
-		if st.status == "running" || st.status == "unknown" {
-			out, settled, err := r.settleAmbiguous(ctx, m, st, last)
-			if err != nil || settled {
-				return out, err
-			}
-		}
-		out, ok, err := r.prepareSend(ctx)
-		if err != nil || !ok {
+	if !st.started {
+		if out, ok, err := r.ready(ctx, m, st, last); err != nil || !ok {
 			return out, err
 		}
-		phone = &r.cred.PhoneNumberID
 	}
-	if out, ok, err := r.start(ctx, m, st, phone); err != nil || !ok {
-		return out, err
-	}
+	st.started = false
 
 	var (
 		providerID *string
@@ -205,6 +214,27 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 		replies = nil
 	}
 	return r.finish(ctx, m, st, providerID, last && replies == nil, replies)
+}
+
+// ready settles an earlier send attempt whose outcome is unknown, loads the
+// credential, and starts the attempt (run.start). ok false: the step does
+// not run now, and out says what happens instead.
+func (r *run) ready(ctx context.Context, m message, st *step, last bool) (out outcome, ok bool, err error) {
+	var phone *string
+	if st.kind == "send" {
+		if st.status == "running" || st.status == "unknown" {
+			out, settled, err := r.settleAmbiguous(ctx, m, st, last)
+			if err != nil || settled {
+				return out, false, err
+			}
+		}
+		out, ok, err := r.prepareSend(ctx)
+		if err != nil || !ok {
+			return out, false, err
+		}
+		phone = &r.cred.PhoneNumberID
+	}
+	return r.start(ctx, m, st, phone)
 }
 
 // start records an attempt of st as running, once it may run: ordo.start_step
@@ -260,14 +290,37 @@ func (r *run) finish(ctx context.Context, m message, st *step, providerID *strin
 		g := time.Duration(r.tenant.PairGapMS) * time.Millisecond
 		gap = &g
 	}
-	var finished, unlocked bool
-	if err := r.s.queryRow(ctx, finishStepQuery, []any{r.s.conv, r.s.fence, lockNamespace, st.id, providerID, m.pk, m.seq, last, replies, gap},
-		&finished, &unlocked); err != nil {
+	var (
+		finished, unlocked bool
+		next               *nextMessage
+		b                  = &pgx.Batch{}
+	)
+	b.Queue(finishStepQuery, r.s.conv, r.s.fence, lockNamespace, st.id, providerID, m.pk, m.seq, last, replies, gap).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&finished, &unlocked)
+	})
+	if last && r.prefetch {
+		// Same transaction, after the finish: nothing when the finish
+		// caught the conversation up (and released it).
+		var phone *string
+		if r.cred != nil {
+			phone = &r.cred.PhoneNumberID
+		}
+		b.Queue(nextStepQuery, r.s.conv, r.s.fence, m.seq, r.tenant.ID, phone).Query(func(rows pgx.Rows) error {
+			n := &nextMessage{}
+			n.m, n.steps, n.err = scanNext(rows)
+			if n.err != nil && !errors.Is(n.err, pgx.ErrNoRows) {
+				return n.err
+			}
+			next = n
+			return nil
+		})
+	}
+	if err := r.s.send(ctx, b); err != nil {
 		return outcome{}, fmt.Errorf("finish step: %w", err)
 	}
 	r.s.unlocked = unlocked
 	st.status = "done"
-	return outcome{kind: outcomeDone, finished: finished}, nil
+	return outcome{kind: outcomeDone, finished: finished, next: next}, nil
 }
 
 // settleAmbiguous deals with a send whose last attempt has no known outcome:

@@ -1,0 +1,1 @@
+DROP FUNCTION ordo.next_step(bigint, bigint, bigint, bigint, text);
