@@ -41,11 +41,8 @@ type Drainer struct {
 	handlers http.Client
 	logger   *slog.Logger
 	stopping atomic.Bool
-	// noStealUntil (unix ns): a drain found nothing to steal; until then
-	// none looks.
-	noStealUntil atomic.Int64
-	hooks        hooks
-	creds        credentialCache
+	hooks    hooks
+	creds    credentialCache
 }
 
 // hooks let tests force interleavings; nil in production.
@@ -81,113 +78,15 @@ const currentJobQuery = `SELECT drain_job_id IS NOT DISTINCT FROM $2 FROM ordo.c
 
 // Drain runs conversation conv until it has nothing left, yields, must wait
 // (a step's backoff), or halts on a dead letter. jobID is the River job.
-// Caught up with time to spare, the job goes on with other conversations'
-// due drain jobs (steal) rather than hand its worker back to River.
 func (d *Drainer) Drain(ctx context.Context, conv, jobID int64) error {
-	started := time.Now()
-	res, err := d.drainConversation(ctx, conv, jobID, started)
+	res, err := d.drainConversation(ctx, conv, jobID, time.Now())
 	if err != nil {
 		return err
 	}
 	if res.again {
 		return river.JobSnooze(res.after)
 	}
-	if !res.caughtUp {
-		return nil
-	}
-	for time.Since(started) < d.cfg.MaxRunTime && !d.stopping.Load() && ctx.Err() == nil {
-		next, ok, err := d.steal(ctx, jobID)
-		if err != nil {
-			d.logger.WarnContext(ctx, "steal a drain job", slog.Int64("job_id", jobID), slog.String("error", err.Error()))
-			return nil
-		}
-		if !ok {
-			return nil
-		}
-		if next == 0 {
-			continue // a job its conversation no longer counts on: gone now
-		}
-		res, err := d.drainConversation(ctx, next, jobID, started)
-		if err == nil && res.caughtUp {
-			continue
-		}
-		// The conversation counts on this job, which is about to end: give
-		// it a job of its own, due when its drain wanted to come back. A
-		// halted conversation counts on no job, and nothing happens.
-		after := res.after
-		if err != nil {
-			after = 0
-		}
-		if _, herr := d.pool.Exec(context.WithoutCancel(ctx), handBackQuery, next, jobID, after); herr != nil {
-			// The reconciler re-schedules it once this job has completed.
-			d.logger.WarnContext(ctx, "hand a stolen conversation back", slog.Int64("conversation", next), slog.String("error", herr.Error()))
-		}
-		if err != nil {
-			d.logger.WarnContext(ctx, "drain a stolen conversation", slog.Int64("conversation", next), slog.String("error", err.Error()))
-		}
-		return nil
-	}
 	return nil
-}
-
-// stealQuery lets drain job $1, caught up with its own conversation and
-// with time left in its run, go on with the oldest due drain job of another
-// conversation instead of handing its worker back to River. The stolen job's
-// row is deleted (River would fetch it and record its completion: two
-// updates that touch every index of river_job) and its conversation counts
-// on $1 from then on. The row is locked with SKIP LOCKED, as River's own
-// fetch locks it, so a job is taken by River or by one stealer, never both.
-// No row: no drain job is due. A job whose conversation no longer counts on
-// it (replaced, or the conversation halted) is deleted too, and its
-// conversation is NULL.
-const stealQuery = `
-WITH j AS (
-    SELECT r.id, (r.args->>'conversation')::bigint AS conv
-    FROM ordo.river_job r
-    WHERE r.state = 'available' AND r.queue = 'ordo' AND r.priority = 1 AND r.scheduled_at <= now() AND r.kind = 'ordo_drain'
-    ORDER BY r.priority, r.scheduled_at, r.id
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED),
-d AS (DELETE FROM ordo.river_job r USING j WHERE r.id = j.id RETURNING j.id, j.conv),
-u AS (
-    UPDATE ordo.conversations c SET drain_job_id = $1
-    FROM d WHERE c.id = d.conv AND c.drain_job_id = d.id
-    RETURNING c.id)
-SELECT d.id, u.id FROM d LEFT JOIN u ON true`
-
-// stealPause is how long the process's drains stop looking for a job to
-// steal after a look found none.
-const stealPause = 50 * time.Millisecond
-
-// handBackQuery gives a stolen conversation still counting on job $2 a drain
-// job of its own, due after $3.
-const handBackQuery = `SELECT ordo.hand_back_drain($1, $2, $3)`
-
-// steal takes the oldest due drain job of another conversation for jobID
-// (stealQuery). ok false: none is due. conv 0: the job found was one its
-// conversation no longer counts on (it is deleted; look again). When
-// nothing was due, the process does not look again for stealPause: River's
-// producers keep up then, and an empty look still costs an index scan.
-func (d *Drainer) steal(ctx context.Context, jobID int64) (conv int64, ok bool, err error) {
-	if time.Now().UnixNano() < d.noStealUntil.Load() {
-		return 0, false, nil
-	}
-	var (
-		stolen int64
-		c      *int64
-	)
-	err = d.pool.QueryRow(ctx, stealQuery, jobID).Scan(&stolen, &c)
-	if errors.Is(err, pgx.ErrNoRows) {
-		d.noStealUntil.Store(time.Now().Add(stealPause).UnixNano())
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, err
-	}
-	if c == nil {
-		return 0, true, nil
-	}
-	return *c, true, nil
 }
 
 // result is how a run over one conversation ended.

@@ -11,10 +11,7 @@
 -- Both lock the conversation row before anything else they touch, the order
 -- ingest takes (conversation row, then the message), so neither can end up
 -- in a lock cycle with ordo.enqueue_message.
---
--- And ordo.hand_back_drain, for a drain job that stole another
--- conversation's due drain job (jobs/drain.go, stealQuery) and must end
--- before that conversation is caught up.
+
 
 -- ordo.start_step starts an attempt of step p_idx of message p_message.
 -- p_phone is the sending phone number for a send step (NULL for handle).
@@ -103,29 +100,5 @@ BEGIN
             PERFORM set_config('idle_session_timeout', '0', false);
         END IF;
     END IF;
-END;
-$$;
-
--- ordo.hand_back_drain gives conversation p_conv, when it still counts on
--- drain job p_job (which stole it and is ending), a drain job of its own due
--- after p_after: immediately available when that is within River's
--- scheduler interval (5 s, as River snoozes), scheduled beyond it. Returns
--- the new job's id; NULL when the conversation counts on p_job no more (it
--- caught up, halted, or was taken over).
-CREATE FUNCTION ordo.hand_back_drain(p_conv bigint, p_job bigint, p_after interval) RETURNS bigint
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_job bigint := nextval('ordo.river_job_id_seq');
-BEGIN
-    UPDATE ordo.conversations c SET drain_job_id = v_job WHERE c.id = p_conv AND c.drain_job_id = p_job;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    INSERT INTO ordo.river_job (id, args, kind, max_attempts, priority, queue, state, scheduled_at)
-    VALUES (v_job, jsonb_build_object('conversation', p_conv), 'ordo_drain', 25, 1, 'ordo',
-            (CASE WHEN p_after > interval '5 seconds' THEN 'scheduled' ELSE 'available' END)::ordo.river_job_state,
-            now() + greatest(p_after, interval '0'));
-    PERFORM pg_notify('ordo.river_insert', '{"queue": "ordo"}');
-    RETURN v_job;
 END;
 $$;
