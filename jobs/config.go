@@ -40,6 +40,10 @@ type Config struct {
 	// StrandedAfter is how long a running drain job may go without holding
 	// its conversation's lock before it is presumed dead. Default 10s.
 	StrandedAfter time.Duration
+	// OrphanInterval is how often conversations with work but no drain at
+	// all (only a bug or an operator's hand makes one) are looked for; the
+	// look scans the conversations table. Default 30s.
+	OrphanInterval time.Duration
 	// FetchPollInterval is River's fallback poll; inserts are picked up at
 	// once through LISTEN/NOTIFY. Default 200ms.
 	FetchPollInterval time.Duration
@@ -86,6 +90,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.LockBusyDelay, time.Second)
 	def(&c.ReconcileInterval, 2*time.Second)
 	def(&c.StrandedAfter, 10*time.Second)
+	def(&c.OrphanInterval, 30*time.Second)
 	def(&c.FetchPollInterval, 200*time.Millisecond)
 	def(&c.ReconcileWait, 30*time.Second)
 	def(&c.PaceMaxSleep, time.Second)

@@ -57,7 +57,7 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 	return &Runner{
 		client:     client,
 		drainer:    d,
-		reconciler: &reconciler{pool: pool, interval: cfg.ReconcileInterval, after: cfg.StrandedAfter, logger: logger},
+		reconciler: &reconciler{pool: pool, interval: cfg.ReconcileInterval, after: cfg.StrandedAfter, orphans: cfg.OrphanInterval, logger: logger},
 	}, nil
 }
 

@@ -129,6 +129,7 @@ func withTestDefaults(c jobs.Config, waURL string) jobs.Config {
 	def(&c.LockBusyDelay, 100*time.Millisecond)
 	def(&c.ReconcileInterval, 200*time.Millisecond)
 	def(&c.StrandedAfter, time.Second)
+	def(&c.OrphanInterval, 500*time.Millisecond)
 	def(&c.FetchPollInterval, 50*time.Millisecond)
 	def(&c.ReconcileWait, 300*time.Millisecond)
 	if c.WhatsAppAPIURL == "" {
