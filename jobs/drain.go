@@ -22,6 +22,9 @@ import (
 // inserts it from SQL; this is its Go side.
 type DrainArgs struct {
 	Conversation int64 `json:"conversation"`
+	// Tenant is the conversation's tenant (0 in jobs inserted before
+	// migration 18): the drain passes its sending number to the takeover.
+	Tenant int64 `json:"tenant,omitempty"`
 }
 
 // Kind is the River job kind, the same string ordo.ensure_drain inserts.
@@ -78,8 +81,8 @@ const currentJobQuery = `SELECT drain_job_id IS NOT DISTINCT FROM $2 FROM ordo.c
 
 // Drain runs conversation conv until it has nothing left, yields, must wait
 // (a step's backoff), or halts on a dead letter. jobID is the River job.
-func (d *Drainer) Drain(ctx context.Context, conv, jobID int64) error {
-	res, err := d.drainConversation(ctx, conv, jobID, time.Now())
+func (d *Drainer) Drain(ctx context.Context, conv, tenant, jobID int64) error {
+	res, err := d.drainConversation(ctx, conv, tenant, jobID, time.Now())
 	if err != nil {
 		return err
 	}
@@ -98,8 +101,14 @@ type result struct {
 
 // drainConversation runs conv's messages in order under its lock, within
 // the run's budget (MaxMessagesPerRun, MaxRunTime from started).
-func (d *Drainer) drainConversation(ctx context.Context, conv, jobID int64, started time.Time) (result, error) {
-	s, st, found, err := openSession(ctx, d.pool, conv, d.cfg.Lease.Milliseconds())
+func (d *Drainer) drainConversation(ctx context.Context, conv, tenant, jobID int64, started time.Time) (result, error) {
+	// The takeover starts the first message's first step when it can: a
+	// send only with the tenant's number at hand (cached credential).
+	var phone *string
+	if p, ok := d.creds.phone(tenant); ok {
+		phone = &p
+	}
+	s, st, found, err := openSession(ctx, d.pool, conv, d.cfg.Lease.Milliseconds(), phone)
 	if errors.Is(err, errLockBusy) {
 		// Another drain has it. If this job is the one the conversation
 		// counts on, come back; if not, the holder's own finish covers it.
@@ -124,7 +133,8 @@ func (d *Drainer) drainConversation(ctx context.Context, conv, jobID int64, star
 	r := &run{d: d, s: s, tenant: st.tenant, conversationID: st.conversationID, log: log, credentialAt: st.credentialAt}
 
 	head := st.headSeq
-	m, steps, err := st.next, st.nextSteps, st.nextErr // read with the takeover
+	m, steps, err := st.next, st.nextSteps, st.nextErr // read (and maybe started) with the takeover
+	r.prefetched = len(steps) > 0 && steps[0].started
 	within := func(n int) bool {
 		return n < d.cfg.MaxMessagesPerRun && time.Since(started) <= d.cfg.MaxRunTime && !d.stopping.Load()
 	}
@@ -193,15 +203,10 @@ ORDER BY s.idx`
 // round trip of the previous message's last write.
 const nextStepQuery = `SELECT * FROM ordo.next_step($1, $2, $3, $4, $5)`
 
-// firstQuery is nextQuery after the conversation's current head: it rides
-// in the takeover's round trip (and transaction), after the takeover.
-const firstQuery = `
-SELECT m.id, m.message_id, m.seq, m.direction, m.payload,
-       s.id, s.idx, s.kind, s.status, s.request, s.attempts, clock_timestamp() - s.started_at, s.provider_status, s.provider_message_id, false
-FROM (SELECT id, message_id, seq, direction, payload FROM ordo.messages
-      WHERE conversation_pk = $1 AND seq > (SELECT head_seq FROM ordo.conversations WHERE id = $1) ORDER BY seq LIMIT 1) m
-LEFT JOIN ordo.steps s ON s.message_pk = m.id
-ORDER BY s.idx`
+// firstQuery is nextStepQuery in takeover mode (no fence, head or tenant:
+// ordo.next_step takes them from the takeover that precedes it in the same
+// transaction, and starts nothing when that takeover did not get the lock).
+const firstQuery = `SELECT * FROM ordo.next_step($1, NULL, NULL, NULL, $2)`
 
 // next returns the message after head and its steps (pgx.ErrNoRows: none).
 func (r *run) next(ctx context.Context, head int64) (message, []step, error) {
@@ -270,7 +275,7 @@ type drainWorker struct {
 }
 
 func (w *drainWorker) Work(ctx context.Context, job *river.Job[DrainArgs]) error {
-	return w.d.Drain(ctx, job.Args.Conversation, job.ID)
+	return w.d.Drain(ctx, job.Args.Conversation, job.Args.Tenant, job.ID)
 }
 
 // NextRetry: a drain fails only on infrastructure errors (the database went

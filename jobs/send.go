@@ -41,9 +41,11 @@ func classifySend(err error) *failure {
 
 // prepareSend readies a send step: the tenant's WhatsApp credential (the
 // slot in the pacing is taken with the attempt's start). ok false means not
-// now, and out says when to look again (a tenant without a usable credential has its sending paused: every
-// send would fail the same way until an operator fixes it).
-func (r *run) prepareSend(ctx context.Context) (out outcome, ok bool, err error) {
+// now, and out says when to look again: a tenant without a usable credential
+// has its sending paused (every send would fail the same way until an
+// operator fixes it), and started, an attempt already recorded, gets its
+// attempt back.
+func (r *run) prepareSend(ctx context.Context, started *step) (out outcome, ok bool, err error) {
 	if r.cred == nil {
 		if c, ok := r.d.creds.get(r.tenant.ID, r.credentialAt); ok {
 			r.cred = &c
@@ -55,7 +57,11 @@ func (r *run) prepareSend(ctx context.Context) (out outcome, ok bool, err error)
 			return outcome{}, false, err
 		}
 		if problem != "" {
-			out, err := r.pauseSending(ctx, nil, problem, nil)
+			var entry []byte
+			if started != nil {
+				entry = errorEntry(started.attempts, problem, "")
+			}
+			out, err := r.pauseSending(ctx, started, problem, entry)
 			return out, false, err
 		}
 		r.cred = &cred
@@ -135,6 +141,17 @@ func (c *credentialCache) get(tenantID int64, at *time.Time) (whatsapp.Credentia
 		return whatsapp.Credential{}, false
 	}
 	return e.cred, true
+}
+
+// phone is the sending number of the tenant's cached credential, whatever
+// its stamp: a hint for the takeover to start a send with (a number changed
+// meanwhile costs one send paced on the old number; the send itself uses the
+// credential read for the stamp).
+func (c *credentialCache) phone(tenantID int64) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[tenantID]
+	return e.cred.PhoneNumberID, ok
 }
 
 func (c *credentialCache) put(tenantID int64, at *time.Time, cred whatsapp.Credential) {

@@ -51,8 +51,9 @@ const unlockQuery = `SELECT pg_advisory_unlock($1::int, ($2 % 2147483647)::int),
 // openQuery takes conv's advisory lock and, when it got it, takes the
 // conversation over (bumps the fence under FOR UPDATE) and reads the tenant
 // and the stamp of its WhatsApp credential; firstQuery follows it in the same
-// round trip: one where there were five (lock, takeover, tenant, credential,
-// first message).
+// round trip: one where there were six (lock, takeover, tenant, credential,
+// first message, its start). The new fence is left in the transaction-local
+// setting ordo.fence for firstQuery, and only when the lock was taken.
 const openQuery = `
 WITH lk AS MATERIALIZED (
     SELECT pg_try_advisory_lock($1::int, ($2 % 2147483647)::int) AS ok, set_config('idle_session_timeout', $3, false) AS lease),
@@ -63,14 +64,15 @@ u AS (
 SELECT lk.ok, u.fence, u.head_seq, u.last_seq, u.halted, u.tenant_id, u.conversation_id, u.drain_job_id,
        t.slug, t.name, COALESCE(t.handler_url, ''), t.on_dead_letter, t.ambiguous, t.max_attempts,
        t.send_rate, t.pair_gap_ms, t.sending_paused_at, COALESCE(t.sending_paused_reason, ''), t.created_at,
-       cr.updated_at
+       cr.updated_at,
+       CASE WHEN u.fence IS NOT NULL THEN set_config('ordo.fence', u.fence::text, true) END
 FROM lk LEFT JOIN u ON true
 LEFT JOIN ordo.tenants t ON t.id = u.tenant_id
 LEFT JOIN ordo.credentials cr ON cr.tenant_id = u.tenant_id AND cr.name = 'whatsapp'`
 
 // openSession takes conv's advisory lock on a dedicated connection and takes
 // the conversation over. found is false when the conversation is gone.
-func openSession(ctx context.Context, pool *pgxpool.Pool, conv int64, lease int64) (s *session, st convState, found bool, err error) {
+func openSession(ctx context.Context, pool *pgxpool.Pool, conv int64, lease int64, phone *string) (s *session, st convState, found bool, err error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, st, false, fmt.Errorf("acquire connection: %w", err)
@@ -98,11 +100,12 @@ func openSession(ctx context.Context, pool *pgxpool.Pool, conv int64, lease int6
 	b := &pgx.Batch{}
 	b.Queue(openQuery, lockNamespace, conv, strconv.FormatInt(lease, 10)).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&locked, &fence, &head, &last, &halted, &tenant, &convID, &st.drainJobID,
-			&slug, &name, &handler, &onDead, &ambig, &maxAtt, &rate, &gap, &paused, &reason, &created, &st.credentialAt)
+			&slug, &name, &handler, &onDead, &ambig, &maxAtt, &rate, &gap, &paused, &reason, &created, &st.credentialAt, nil)
 	})
-	// The first message is read in the same round trip; it means something
-	// only when the lock was taken.
-	b.Queue(firstQuery, conv).Query(func(rows pgx.Rows) error {
+	// The first message is read — and its first step started, when it can —
+	// in the same round trip and transaction; it means something only when
+	// the lock was taken (and nothing starts otherwise).
+	b.Queue(firstQuery, conv, phone).Query(func(rows pgx.Rows) error {
 		st.next, st.nextSteps, st.nextErr = scanNext(rows)
 		if errors.Is(st.nextErr, pgx.ErrNoRows) {
 			return nil

@@ -184,6 +184,13 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 		if out, ok, err := r.ready(ctx, m, st, last); err != nil || !ok {
 			return out, err
 		}
+	} else if st.kind == "send" {
+		// Started by the takeover on the cached number: the credential
+		// itself is read now (and a tenant without one gets the attempt back
+		// and its sending paused).
+		if out, ok, err := r.prepareSend(ctx, st); err != nil || !ok {
+			return out, err
+		}
 	}
 	st.started = false
 
@@ -228,7 +235,7 @@ func (r *run) ready(ctx context.Context, m message, st *step, last bool) (out ou
 				return out, false, err
 			}
 		}
-		out, ok, err := r.prepareSend(ctx)
+		out, ok, err := r.prepareSend(ctx, nil)
 		if err != nil || !ok {
 			return out, false, err
 		}

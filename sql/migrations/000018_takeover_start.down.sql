@@ -1,0 +1,54 @@
+-- Back to 000016's ordo.next_step and 000013's ordo.insert_drain_job.
+CREATE OR REPLACE FUNCTION ordo.next_step(p_conv bigint, p_fence bigint, p_head bigint, p_tenant bigint, p_phone text)
+RETURNS TABLE (
+    message_pk bigint, message_id text, seq bigint, direction text, payload jsonb,
+    step_id bigint, step_idx int, step_kind text, step_status text, step_request jsonb, step_attempts int,
+    since_start interval, provider_status text, provider_message_id text, started boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_m    record;
+    v_kind text;
+    v_req  jsonb;
+    v_st   record;
+BEGIN
+    SELECT m.id, m.message_id, m.seq, m.direction, m.payload INTO v_m
+    FROM ordo.messages m WHERE m.conversation_pk = p_conv AND m.seq > p_head
+    ORDER BY m.seq LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM ordo.steps s WHERE s.message_pk = v_m.id) THEN
+        IF v_m.direction = 'outbound' THEN
+            v_kind := 'send';
+            v_req := v_m.payload;
+        ELSE
+            v_kind := 'handle';
+        END IF;
+        IF v_kind = 'handle' OR p_phone IS NOT NULL THEN
+            SELECT * INTO v_st FROM ordo.start_step(p_conv, p_fence, p_tenant, v_m.id, 0, v_kind, v_req,
+                CASE WHEN v_kind = 'send' THEN p_phone END);
+            IF v_st.verdict = 'go' THEN
+                RETURN QUERY SELECT v_m.id, v_m.message_id, v_m.seq, v_m.direction, v_m.payload,
+                    v_st.step_id, 0, v_kind, 'running'::text, v_req, v_st.attempts,
+                    interval '0', NULL::text, NULL::text, true;
+                RETURN;
+            END IF;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT v_m.id, v_m.message_id, v_m.seq, v_m.direction, v_m.payload,
+        s.id, s.idx, s.kind, s.status, s.request, s.attempts,
+        clock_timestamp() - s.started_at, s.provider_status, s.provider_message_id, false
+    FROM (SELECT 1) one LEFT JOIN ordo.steps s ON s.message_pk = v_m.id
+    ORDER BY s.idx;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION ordo.insert_drain_job(conv bigint, job bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO ordo.river_job (id, args, kind, max_attempts, priority, queue, state, scheduled_at)
+    VALUES (job, jsonb_build_object('conversation', conv), 'ordo_drain', 25, 1, 'ordo', 'available', now());
+    PERFORM pg_notify('ordo.river_insert', '{"queue": "ordo"}');
+END;
+$$;
