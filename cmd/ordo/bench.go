@@ -86,7 +86,7 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, error) {
 	fs.StringVar(&systems, "systems", strings.Join(benchSystems, ","), "systems to measure, comma-separated")
 	fs.StringVar(&c.out, "out", "bench-results.jsonl", "file receiving one JSON object per system and scenario")
 	fs.IntVar(&c.concurrency, "concurrency", 32, "concurrent load-generator clients, the same for every system")
-	fs.IntVar(&c.workers, "workers", 50, "concurrent senders per system (ordo --workers, River MaxWorkers)")
+	fs.IntVar(&c.workers, "workers", 16, "concurrent senders per system (ordo --workers, River MaxWorkers, sql-floor finishers); 16 fits 2 cores and a loopback provider (README: Performance)")
 	fs.IntVar(&c.spreadConvs, "spread-conversations", 2000, "conversations of the spread scenario (issue: 10000)")
 	fs.IntVar(&c.spreadMsgs, "spread-messages", 5, "messages per conversation in spread (issue: 5)")
 	fs.IntVar(&c.hotConvs, "hot-conversations", 100, "conversations of the hot scenario (issue: 100)")
