@@ -56,6 +56,9 @@ type benchConfig struct {
 	hotConvs, hotMsgs         int
 	latencyRate, latencyConvs int
 	latencyFor                time.Duration
+	// latencyWarmup is how long the latency scenario offers its rate, to
+	// the same conversations, before the measured run (every system alike).
+	latencyWarmup             time.Duration
 	backlogMsgs, backlogConvs int
 	backlogTenants            int
 
@@ -94,6 +97,7 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, error) {
 	fs.IntVar(&c.latencyRate, "latency-rate", 500, "offered messages per second in the latency scenario (issue: 500)")
 	fs.DurationVar(&c.latencyFor, "latency-duration", 20*time.Second, "how long the latency scenario offers (issue: 60s)")
 	fs.IntVar(&c.latencyConvs, "latency-conversations", 1000, "conversations the latency scenario spreads over")
+	fs.DurationVar(&c.latencyWarmup, "latency-warmup", 5*time.Second, "the latency scenario's warm-up at the same rate, sent and then forgotten before it measures (0: none)")
 	fs.IntVar(&c.backlogMsgs, "backlog-messages", 20000, "messages queued before the backlog drains (issue: 1000000)")
 	fs.IntVar(&c.backlogConvs, "backlog-conversations", 2000, "conversations of the backlog (issue: 100000)")
 	fs.IntVar(&c.backlogTenants, "backlog-tenants", 100, "tenants of the backlog (issue: 1000)")
@@ -129,6 +133,9 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, error) {
 	}
 	if c.sendRate < 0 {
 		return c, errors.New("--send-rate must be 0 (unpaced) or more")
+	}
+	if c.latencyWarmup < 0 {
+		return c, errors.New("--latency-warmup must be 0 or more")
 	}
 	if c.latencyFor < time.Second || c.stall < time.Second {
 		return c, errors.New("--latency-duration and --stall must be at least 1s")

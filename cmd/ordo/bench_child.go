@@ -221,6 +221,8 @@ func (b *benchEnv) runHTTP(ctx context.Context, l benchLoad, system string) (ben
 		wal    = b.walLSN(ctx)
 		// backlog: what queueing cost, apart from draining
 		ingestCPU *benchCPU
+		// latency: messages of the warm-up, which the costs include
+		warmed int
 	)
 	run := func(role string, work func(c *benchChild) error) error {
 		spec.role, spec.cpuProfile = role, profile(role)
@@ -257,6 +259,13 @@ func (b *benchEnv) runHTTP(ctx context.Context, l benchLoad, system string) (ben
 			return benchResult{}, err
 		}
 	} else if err := run("all", func(c *benchChild) error {
+		if l.openLoop() && b.cfg.latencyWarmup > 0 {
+			n, err := b.warmUp(ctx, c, wa, keys, l)
+			if err != nil {
+				return err
+			}
+			warmed = n
+		}
 		if err := ingest(c); err != nil {
 			return err
 		}
@@ -269,9 +278,9 @@ func (b *benchEnv) runHTTP(ctx context.Context, l benchLoad, system string) (ben
 	b.waitSessionsGone(ctx, dbName)
 	pgCPU = b.postgresCPU() - pgCPU
 	r := judge(l, system, o, wa.Sends(), from)
-	r.CPU = cpuPerMessage(sysCPU, pgCPU, l.messages())
-	r.XactsPerMsg = b.xactsPerMessage(ctx, dbName, xacts, l.messages())
-	r.WALKBPerMsg = b.walKBPerMessage(ctx, wal, l.messages())
+	r.CPU = cpuPerMessage(sysCPU, pgCPU, l.messages()+warmed)
+	r.XactsPerMsg = b.xactsPerMessage(ctx, dbName, xacts, l.messages()+warmed)
+	r.WALKBPerMsg = b.walKBPerMessage(ctx, wal, l.messages()+warmed)
 	r.PeakRSSMB = round1(rss)
 	r.ProviderRequests = wa.Attempts()
 	if l.backlog {
@@ -285,6 +294,32 @@ func (b *benchEnv) runHTTP(ctx context.Context, l benchLoad, system string) (ben
 		}
 	}
 	return r, nil
+}
+
+// warmUp offers l's rate to l's conversations for --latency-warmup with
+// messages that are never judged, waits until the fake Cloud API has them
+// all, and makes it forget them: a fresh process's first seconds (new
+// database sessions, cold plan and function caches) are not what a running
+// service's latency is. Every system gets the same warm-up.
+// It returns how many messages the warm-up sent (the run's CPU, transactions
+// and WAL per message count them).
+func (b *benchEnv) warmUp(ctx context.Context, c *benchChild, wa *whatsapptest.Server, keys []string, l benchLoad) (int, error) {
+	w := l
+	w.warmup, w.duration = true, b.cfg.latencyWarmup
+	rc := newRESTClient(c.addr, keys, w)
+	defer rc.close()
+	if _, err := offer(ctx, w, rc.post); err != nil {
+		return 0, fmt.Errorf("warm-up: %w", err)
+	}
+	if err := b.waitSends(ctx, wa, w.messages()); err != nil {
+		return 0, fmt.Errorf("warm-up: %w", err)
+	}
+	if len(wa.Sends()) < w.messages() {
+		return 0, fmt.Errorf("warm-up: %d of %d messages sent", len(wa.Sends()), w.messages())
+	}
+	wa.Reset()
+	b.logf("%s: warmed up with %d messages over %s", l.scenario, w.messages(), w.duration)
+	return w.messages(), nil
 }
 
 // waitSends waits until the fake Cloud API has n sends, or none came for

@@ -28,6 +28,17 @@ type benchLoad struct {
 	duration    time.Duration // latency: how long it offers
 	backlog     bool          // queue everything first, then drain
 	concurrency int           // concurrent clients of a closed loop
+	// warmup marks the load offered before a measured open-loop run: the
+	// same conversations, message ids "w<i>", never judged.
+	warmup bool
+}
+
+// body is message i's REST body.
+func (l benchLoad) body(i int) []byte {
+	if l.warmup {
+		return restBodyID("w"+strconv.Itoa(i), l.conv(i))
+	}
+	return restBody(i, l.conv(i))
 }
 
 // messages is how many messages the load offers.
@@ -71,12 +82,14 @@ func messageIndex(text string) int {
 
 // restBody is message i as POST /v1/messages takes it, the same bytes for
 // every HTTP system.
-func restBody(i, conv int) []byte {
+func restBody(i, conv int) []byte { return restBodyID(messageID(i), conv) }
+
+func restBodyID(id string, conv int) []byte {
 	b, _ := json.Marshal(map[string]any{
-		"message_id":      messageID(i),
+		"message_id":      id,
 		"conversation_id": conversationID(conv),
 		"type":            "text",
-		"text":            map[string]string{"body": messageID(i)},
+		"text":            map[string]string{"body": id},
 	})
 	return b
 }
@@ -211,7 +224,7 @@ func newRESTClient(addr string, keys []string, l benchLoad) *restClient {
 // post offers message i: 200 or 202 accept it; 429, 5xx and a broken
 // connection are retried; anything else is a broken bench.
 func (c *restClient) post(ctx context.Context, i int) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(restBody(i, c.load.conv(i))))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(c.load.body(i)))
 	if err != nil {
 		return err
 	}

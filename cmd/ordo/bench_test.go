@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -169,5 +170,29 @@ func TestParseBaselineMessageMatchesTheRESTBody(t *testing.T) {
 	}
 	if _, err := parseBaselineMessage("acme", []byte(`{"message_id":"x","conversation_id":"y"}`)); err == nil {
 		t.Error("a message without type was accepted")
+	}
+}
+
+// The latency warm-up's messages go to the measured conversations but never
+// share an id with a measured message, and the judge does not count them.
+func TestWarmupMessagesAreNeverJudged(t *testing.T) {
+	l := benchLoad{scenario: "latency", tenants: 1, convs: 4, rate: 100, duration: time.Second}
+	w := l
+	w.warmup = true
+	var got struct {
+		MessageID      string `json:"message_id"`
+		ConversationID string `json:"conversation_id"`
+	}
+	if err := json.Unmarshal(w.body(6), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.MessageID != "w6" || got.ConversationID != conversationID(l.conv(6)) {
+		t.Errorf("warm-up message 6 = %+v; want w6 to %s", got, conversationID(l.conv(6)))
+	}
+	if string(l.body(6)) == string(w.body(6)) {
+		t.Error("the warm-up's message 6 is the measured message 6")
+	}
+	if i := messageIndex(got.MessageID); i != -1 {
+		t.Errorf("messageIndex(%q) = %d; want -1 (not a measured message)", got.MessageID, i)
 	}
 }

@@ -170,6 +170,16 @@ func (s *Server) SetResponder(f func(req Send, attempt int) Response) {
 	s.mu.Unlock()
 }
 
+// Reset forgets every request received so far (sends, attempts, per-callback
+// counts), as if the server had just started; the responder stays. A
+// benchmark uses it to measure after a warm-up.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sends, s.attempts = nil, 0
+	s.perCB = make(map[string]int)
+}
+
 // Sends returns the delivered sends (answered 2xx, or recorded) in arrival
 // order.
 func (s *Server) Sends() []Send {

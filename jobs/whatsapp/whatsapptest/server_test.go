@@ -269,3 +269,37 @@ func TestServerCloseAbandonsDelayedAnswers(t *testing.T) {
 		t.Errorf("client class %v, want ambiguous", c)
 	}
 }
+
+// Reset forgets what was received, attempt counts included, and keeps the
+// responder.
+func TestServerResetForgetsWhatWasReceived(t *testing.T) {
+	t.Parallel()
+	srv, client, cred := setup(t)
+	srv.SetResponder(func(req whatsapptest.Send, attempt int) whatsapptest.Response {
+		if attempt == 1 {
+			return whatsapptest.Response{Status: 503, ErrorCode: 131016}
+		}
+		return whatsapptest.Default(req, attempt)
+	})
+	ctx := context.Background()
+	for range 2 {
+		_, _ = client.Send(ctx, cred, text("1", "before"), "cb")
+	}
+	if srv.Attempts() != 2 || len(srv.Sends()) != 1 {
+		t.Fatalf("before Reset: attempts %d sends %d, want 2 and 1", srv.Attempts(), len(srv.Sends()))
+	}
+	srv.Reset()
+	if srv.Attempts() != 0 || len(srv.Sends()) != 0 {
+		t.Fatalf("after Reset: attempts %d sends %d, want 0 and 0", srv.Attempts(), len(srv.Sends()))
+	}
+	// The same callback's count starts again: the responder fails attempt 1.
+	if _, err := client.Send(ctx, cred, text("1", "after"), "cb"); err == nil {
+		t.Error("first attempt after Reset succeeded; want the responder's attempt 1 (503)")
+	}
+	if _, err := client.Send(ctx, cred, text("1", "after"), "cb"); err != nil {
+		t.Fatalf("second attempt after Reset: %v", err)
+	}
+	if got := srv.Sends(); len(got) != 1 || got[0].Text != "after" {
+		t.Errorf("sends after Reset = %+v; want only the one after", got)
+	}
+}
