@@ -80,28 +80,10 @@ const clearHaltedQuery = `UPDATE ordo.conversations SET drain_job_id = NULL WHER
 const currentJobQuery = `SELECT drain_job_id IS NOT DISTINCT FROM $2 FROM ordo.conversations WHERE id = $1`
 
 // Drain runs conversation conv until it has nothing left, yields, must wait
-// (a step's backoff), or halts on a dead letter. jobID is the River job.
+// (a step's backoff), or halts on a dead letter. jobID is the River job;
+// tenant, the conversation's tenant, is a hint (0: unknown).
 func (d *Drainer) Drain(ctx context.Context, conv, tenant, jobID int64) error {
-	res, err := d.drainConversation(ctx, conv, tenant, jobID, time.Now())
-	if err != nil {
-		return err
-	}
-	if res.again {
-		return river.JobSnooze(res.after)
-	}
-	return nil
-}
-
-// result is how a run over one conversation ended.
-type result struct {
-	caughtUp bool          // nothing left: the conversation's drain ended
-	again    bool          // the conversation needs its drain again after `after`
-	after    time.Duration // (a yield, a backoff, a busy lock)
-}
-
-// drainConversation runs conv's messages in order under its lock, within
-// the run's budget (MaxMessagesPerRun, MaxRunTime from started).
-func (d *Drainer) drainConversation(ctx context.Context, conv, tenant, jobID int64, started time.Time) (result, error) {
+	started := time.Now()
 	// The takeover starts the first message's first step when it can: a
 	// send only with the tenant's number at hand (cached credential).
 	var phone *string
@@ -114,21 +96,21 @@ func (d *Drainer) drainConversation(ctx context.Context, conv, tenant, jobID int
 		// counts on, come back; if not, the holder's own finish covers it.
 		var current bool
 		if err := d.pool.QueryRow(ctx, currentJobQuery, conv, jobID).Scan(&current); err == nil && !current {
-			return result{}, nil
+			return nil
 		}
-		return result{again: true, after: d.cfg.LockBusyDelay}, nil
+		return river.JobSnooze(d.cfg.LockBusyDelay)
 	}
 	if err != nil {
-		return result{}, err
+		return err
 	}
 	defer s.close()
 	if !found {
-		return result{}, nil // conversation deleted with its tenant
+		return nil // conversation deleted with its tenant
 	}
 	log := d.logger.With(slog.Int64("conversation", conv), slog.Int64("job_id", jobID), slog.Int64("fence", st.fence))
 	if st.halted {
 		_, err := s.conn.Exec(ctx, clearHaltedQuery, conv, st.fence)
-		return result{}, err
+		return err
 	}
 	r := &run{d: d, s: s, tenant: st.tenant, conversationID: st.conversationID, log: log, credentialAt: st.credentialAt}
 
@@ -140,7 +122,7 @@ func (d *Drainer) drainConversation(ctx context.Context, conv, tenant, jobID int
 	}
 	for n := 0; ; n++ {
 		if !within(n) && !r.prefetched { // a prefetched message may have started: it goes on
-			return result{again: true}, nil // yield the worker; keep our place in line
+			return river.JobSnooze(0) // yield the worker; keep our place in line
 		}
 		if n > 0 && !r.prefetched {
 			m, steps, err = r.next(ctx, head)
@@ -152,38 +134,38 @@ func (d *Drainer) drainConversation(ctx context.Context, conv, tenant, jobID int
 			}
 			done, err := s.finish(ctx)
 			if err != nil {
-				return result{}, r.stop(err)
+				return r.stop(err)
 			}
 			if done {
-				return result{caughtUp: true}, nil
+				return nil
 			}
 			continue
 		}
 		if err != nil {
-			return result{}, err
+			return err
 		}
 		// The message's last write reads (and may start) the next one when
 		// this run will go on to it.
 		r.prefetch = within(n + 1)
 		out, err := r.message(ctx, m, steps)
 		if err != nil {
-			return result{}, r.stop(err)
+			return r.stop(err)
 		}
 		switch out.kind {
 		case outcomeDone:
 			head = m.seq
 			if out.finished {
-				return result{caughtUp: true}, nil // the message's last write also finished the drain
+				return nil // the message's last write also finished the drain
 			}
 			if out.next != nil {
 				m, steps, err = out.next.m, out.next.steps, out.next.err
 				r.prefetched = true
 			}
 		case outcomeWait:
-			return result{again: true, after: out.delay}, nil
+			return river.JobSnooze(out.delay)
 		case outcomeHalted:
 			log.WarnContext(ctx, "conversation halted on a dead letter", slog.String("message_id", m.id), slog.Int64("seq", m.seq))
-			return result{}, nil
+			return nil
 		}
 	}
 }
