@@ -23,7 +23,7 @@ import (
 type DrainArgs struct {
 	Conversation int64 `json:"conversation"`
 	// Tenant is the conversation's tenant (0 in jobs inserted before
-	// migration 18): the drain passes its sending number to the takeover.
+	// migration 15): the drain passes its sending number to the takeover.
 	Tenant int64 `json:"tenant,omitempty"`
 }
 

@@ -1,1 +1,0 @@
-DROP FUNCTION ordo.next_step(bigint, bigint, bigint, bigint, text);
