@@ -184,37 +184,31 @@ func (s *session) write(ctx context.Context, b *pgx.Batch) error {
 	fenced := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(b.QueuedQueries)+1)}
 	fenced.Queue(checkFence, s.conv, s.fence)
 	fenced.QueuedQueries = append(fenced.QueuedQueries, b.QueuedQueries...)
-	if err := s.conn.SendBatch(ctx, fenced).Close(); err != nil {
-		if IsFenced(err) {
-			return ErrFenced
-		}
-		return s.fail(err)
-	}
-	return nil
+	return s.send(ctx, fenced)
 }
 
 // queryRow runs one fenced statement (an ordo.*_step call, which checks
 // the fence itself) and scans its row.
 func (s *session) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
-	if err := s.conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
-		if IsFenced(err) {
-			return ErrFenced
-		}
-		return s.fail(err)
-	}
-	return nil
+	return s.written(s.conn.QueryRow(ctx, sql, args...).Scan(dest...))
 }
 
 // send runs b (statements that check the fence themselves) as one
 // implicit transaction in one round trip.
 func (s *session) send(ctx context.Context, b *pgx.Batch) error {
-	if err := s.conn.SendBatch(ctx, b).Close(); err != nil {
-		if IsFenced(err) {
-			return ErrFenced
-		}
-		return s.fail(err)
+	return s.written(s.conn.SendBatch(ctx, b).Close())
+}
+
+// written maps a fenced write's error: ErrFenced when the fence rejected
+// it, the error itself otherwise (marking the connection if need be).
+func (s *session) written(err error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
+	if IsFenced(err) {
+		return ErrFenced
+	}
+	return s.fail(err)
 }
 
 // fail marks the connection untrustworthy when err left it in an unknown

@@ -33,10 +33,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     -- KEY SHARE to commit: a takeover (FOR UPDATE) waits for this attempt
     -- and then sees it.
-    PERFORM 1 FROM ordo.conversations c WHERE c.id = p_conv AND c.fence = p_fence FOR KEY SHARE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'stale fencing token % for conversation %', p_fence, p_conv USING ERRCODE = 'ORF01';
-    END IF;
+    PERFORM ordo.check_fence(p_conv, p_fence);
     IF p_phone IS NOT NULL THEN
         -- Horizon 0: a slot in the future is kept on the conversation
         -- (send_slot_at) and handed back by the next call, so waiting for
@@ -80,14 +77,14 @@ BEGIN
             pair_ready_at = CASE WHEN p_pair_gap IS NULL THEN c.pair_ready_at ELSE clock_timestamp() + p_pair_gap END
         WHERE c.id = p_conv AND c.fence = p_fence
         RETURNING c.last_seq = p_seq INTO finished;
-    ELSIF p_pair_gap IS NOT NULL THEN
-        UPDATE ordo.conversations c SET pair_ready_at = clock_timestamp() + p_pair_gap
-        WHERE c.id = p_conv AND c.fence = p_fence;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'stale fencing token % for conversation %', p_fence, p_conv USING ERRCODE = 'ORF01';
+        END IF;
     ELSE
-        PERFORM 1 FROM ordo.conversations c WHERE c.id = p_conv AND c.fence = p_fence FOR KEY SHARE;
-    END IF;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'stale fencing token % for conversation %', p_fence, p_conv USING ERRCODE = 'ORF01';
+        PERFORM ordo.check_fence(p_conv, p_fence);
+        IF p_pair_gap IS NOT NULL THEN
+            UPDATE ordo.conversations c SET pair_ready_at = clock_timestamp() + p_pair_gap WHERE c.id = p_conv;
+        END IF;
     END IF;
 
     UPDATE ordo.steps s SET status = 'done', provider_message_id = coalesce(p_provider_id, s.provider_message_id), finished_at = now()
