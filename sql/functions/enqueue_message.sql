@@ -1,52 +1,17 @@
--- Cheaper ingest (measured by `ordo bench`): a message that needs a new
--- drain used to write its conversation row twice (the seq, then the drain
--- job's id through ordo.ensure_drain) and re-read it under a second lock.
--- Now the upsert that takes the seq also claims the drain: the job's id is
--- drawn from River's sequence beforehand and used only when the
--- conversation has no drain and is not halted. Same contract, same
--- guarantees; ordo.ensure_drain stays the one place that re-schedules
--- (reconciler, replay, resume), and both insert the job through
--- ordo.insert_drain_job, the one place a drain job's row is shaped.
-
--- ordo.insert_drain_job inserts conversation conv's drain job with id job
--- and wakes River's producers (LISTEN <schema>.river_insert; delivered at
--- commit).
-CREATE FUNCTION ordo.insert_drain_job(conv bigint, job bigint) RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO ordo.river_job (id, args, kind, max_attempts, priority, queue, state, scheduled_at)
-    VALUES (job, jsonb_build_object('conversation', conv), 'ordo_drain', 25, 1, 'ordo', 'available', now());
-    PERFORM pg_notify('ordo.river_insert', '{"queue": "ordo"}');
-END;
-$$;
-
-CREATE OR REPLACE FUNCTION ordo.ensure_drain(conv bigint, replacing bigint DEFAULT NULL) RETURNS bigint
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_c   record;
-    v_job bigint;
-BEGIN
-    SELECT c.drain_job_id, c.halted_at, c.head_seq, c.last_seq INTO v_c
-    FROM ordo.conversations c WHERE c.id = conv FOR NO KEY UPDATE;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    IF v_c.drain_job_id IS NOT NULL AND v_c.drain_job_id IS DISTINCT FROM replacing THEN
-        RETURN NULL;
-    END IF;
-    IF v_c.halted_at IS NOT NULL OR v_c.head_seq >= v_c.last_seq THEN
-        IF v_c.drain_job_id IS NOT NULL THEN
-            UPDATE ordo.conversations c SET drain_job_id = NULL WHERE c.id = conv;
-        END IF;
-        RETURN NULL;
-    END IF;
-    v_job := nextval('ordo.river_job_id_seq');
-    PERFORM ordo.insert_drain_job(conv, v_job);
-    UPDATE ordo.conversations c SET drain_job_id = v_job WHERE c.id = conv;
-    RETURN v_job;
-END;
-$$;
-
+-- ordo.enqueue_message is the one ingest path (REST, webhooks and other
+-- applications' SQL all call it). In the caller's transaction it dedupes on
+-- (tenant, message_id), takes the conversation's next seq and makes sure the
+-- conversation has a drain job; a repeat returns the original with
+-- duplicate = true. It raises SQLSTATE 22023 with "field: problem" on bad
+-- input and P0002 for an unknown tenant.
+--
+-- The upsert that takes the seq also claims the drain: the job's id is drawn
+-- from River's sequence beforehand and used only when the conversation has
+-- no drain and is not halted, so a message that needs a new drain writes its
+-- conversation row once. After taking the row lock it looks for the message
+-- again before inserting it: a copy that committed while this call waited is
+-- answered as a duplicate without touching the unique index (see the
+-- comment in the body; regression test sql/enqueue_race_test.go).
 CREATE OR REPLACE FUNCTION ordo.enqueue_message(
     tenant_slug     text,
     conversation_id text,
@@ -56,13 +21,15 @@ CREATE OR REPLACE FUNCTION ordo.enqueue_message(
 ) RETURNS TABLE (id bigint, seq bigint, duplicate boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_tenant bigint;
-    v_conv   bigint;
-    v_seq    bigint;
-    v_id     bigint;
-    v_drain  bigint;
-    v_job    bigint;
-    v_dir    text := coalesce(enqueue_message.direction, 'outbound');
+    v_tenant  bigint;
+    v_conv    bigint;
+    v_seq     bigint;
+    v_id      bigint;
+    v_drain   bigint;
+    v_job     bigint;
+    v_dup_id  bigint;
+    v_dup_seq bigint;
+    v_dir     text := coalesce(enqueue_message.direction, 'outbound');
 BEGIN
     IF enqueue_message.conversation_id IS NULL OR enqueue_message.conversation_id = '' THEN
         RAISE EXCEPTION 'conversation_id: required' USING ERRCODE = '22023';
@@ -106,13 +73,31 @@ BEGIN
         drain_job_id = CASE WHEN c.drain_job_id IS NULL AND c.halted_at IS NULL THEN v_job ELSE c.drain_job_id END
     RETURNING c.id, c.last_seq, c.drain_job_id INTO v_conv, v_seq, v_drain;
 
+    -- A copy that committed while this call waited for the conversation's
+    -- row lock is visible now (each statement sees what committed before it
+    -- started): answer with it rather than insert. Inserting would make the
+    -- unique check wait for a drain that may already be finishing that copy
+    -- (its message row updated, not committed), and that drain waits for
+    -- this row lock to move the conversation's head: a deadlock, which
+    -- Postgres breaks after deadlock_timeout by failing one side (found by
+    -- `ordo chaos`).
+    SELECT m.id, m.seq INTO v_dup_id, v_dup_seq
+    FROM ordo.messages m WHERE m.tenant_id = v_tenant AND m.message_id = enqueue_message.message_id;
+    IF FOUND THEN
+        UPDATE ordo.conversations c SET last_seq = c.last_seq - 1, drain_job_id = NULLIF(c.drain_job_id, v_job)
+        WHERE c.id = v_conv;
+        RETURN QUERY SELECT v_dup_id, v_dup_seq, true;
+        RETURN;
+    END IF;
+
     INSERT INTO ordo.messages AS m (tenant_id, conversation_pk, message_id, seq, direction, payload)
     VALUES (v_tenant, v_conv, enqueue_message.message_id, v_seq, v_dir, enqueue_message.payload)
     ON CONFLICT ON CONSTRAINT messages_tenant_id_message_id_key DO NOTHING
     RETURNING m.id INTO v_id;
 
     IF v_id IS NULL THEN
-        -- A concurrent copy committed first. Give the seq (and the drain, if
+        -- A concurrent copy (in another conversation, or committed after
+        -- the look above) committed first. Give the seq (and the drain, if
         -- this call claimed it) back: this transaction still holds the row
         -- lock, so nobody took a later one. Answer with the original.
         UPDATE ordo.conversations c SET last_seq = c.last_seq - 1, drain_job_id = NULLIF(c.drain_job_id, v_job)

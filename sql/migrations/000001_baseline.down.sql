@@ -1,6 +1,4 @@
-DROP FUNCTION IF EXISTS ordo.enqueue_message(text, text, text, text, jsonb);
-DROP FUNCTION IF EXISTS ordo.check_fence(bigint, bigint);
-DROP FUNCTION IF EXISTS ordo.ensure_drain(bigint, bigint);
+DROP TABLE IF EXISTS ordo.send_pacing;
 DROP TABLE IF EXISTS ordo.sandbox_sends;
 DROP TABLE IF EXISTS ordo.dead_letters;
 DROP TABLE IF EXISTS ordo.steps;

@@ -1,0 +1,53 @@
+-- ordo.finish_step records step p_step done (p_provider_id: the provider's
+-- message id, for a send) and inserts a handler's replies (p_replies, a JSON
+-- array) as the message's next steps. With p_last, p_step was the message's
+-- last step: the message is done and the head moves to p_seq; when that
+-- caught the conversation up (finished), the drain ends — under the row lock
+-- ingest takes, so a message accepted meanwhile either committed first (the
+-- drain goes on) or finds no drain and schedules one — and the lock p_lock
+-- (the advisory lock's first key) is released with this transaction
+-- (unlocked). p_pair_gap, when set, starts the user's pair gap now.
+CREATE OR REPLACE FUNCTION ordo.finish_step(
+    p_conv bigint, p_fence bigint, p_lock int, p_step bigint, p_provider_id text,
+    p_message bigint, p_seq bigint, p_last boolean, p_replies jsonb, p_pair_gap interval,
+    OUT finished boolean, OUT unlocked boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+    finished := false;
+    unlocked := false;
+    IF p_last THEN
+        UPDATE ordo.conversations c SET
+            head_seq      = p_seq,
+            drain_job_id  = CASE WHEN c.last_seq = p_seq THEN NULL ELSE c.drain_job_id END,
+            pair_ready_at = CASE WHEN p_pair_gap IS NULL THEN c.pair_ready_at ELSE clock_timestamp() + p_pair_gap END
+        WHERE c.id = p_conv AND c.fence = p_fence
+        RETURNING c.last_seq = p_seq INTO finished;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'stale fencing token % for conversation %', p_fence, p_conv USING ERRCODE = 'ORF01';
+        END IF;
+    ELSE
+        PERFORM ordo.check_fence(p_conv, p_fence);
+        IF p_pair_gap IS NOT NULL THEN
+            UPDATE ordo.conversations c SET pair_ready_at = clock_timestamp() + p_pair_gap WHERE c.id = p_conv;
+        END IF;
+    END IF;
+
+    UPDATE ordo.steps s SET status = 'done', provider_message_id = coalesce(p_provider_id, s.provider_message_id), finished_at = now()
+    WHERE s.id = p_step;
+    IF p_replies IS NOT NULL THEN
+        INSERT INTO ordo.steps (message_pk, idx, kind, request)
+        SELECT p_message, r.ord, 'send', r.reply FROM jsonb_array_elements(p_replies) WITH ORDINALITY AS r(reply, ord)
+        ON CONFLICT (message_pk, idx) DO NOTHING;
+    END IF;
+    IF p_last THEN
+        UPDATE ordo.messages m SET status = 'done', finished_at = now() WHERE m.id = p_message;
+        IF finished THEN
+            -- A session lock is not transactional, but the next drain's
+            -- takeover waits for this transaction's row lock, so it still
+            -- sees every write of this one.
+            unlocked := pg_advisory_unlock(p_lock, (p_conv % 2147483647)::int);
+            PERFORM set_config('idle_session_timeout', '0', false);
+        END IF;
+    END IF;
+END;
+$$;

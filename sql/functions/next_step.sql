@@ -1,0 +1,78 @@
+-- ordo.next_step reads conversation p_conv's next message after p_head with
+-- its steps, as a drain's loop does after every message, and — when the
+-- message is fresh (no steps yet) and its first step may start now — starts
+-- that step in the same call (ordo.start_step: fence, send slot, attempt
+-- recorded as running; started = true on its row). A drain sends it right
+-- after finishing the message before, in one round trip and one transaction
+-- where there were three: finish, read, start. A send starts here only when
+-- the caller passes the phone number (it holds the tenant's credential);
+-- everything else (a retry, an ambiguous send to settle, a send slot in the
+-- future) is left to the drain, which then starts the step itself.
+--
+-- In takeover mode (p_fence NULL):
+--   * the takeover statement (jobs/session.go, openQuery) leaves the fence
+--     it took in the transaction-local setting ordo.fence, and only when it
+--     took the conversation's lock;
+--   * ordo.next_step with p_fence NULL runs in that same transaction right
+--     after it: it takes the head and the tenant from the conversation row
+--     and starts only when ordo.fence is set and the conversation is not
+--     halted; otherwise it only reads;
+--   * drain jobs carry their conversation's tenant, so the drain can pass
+--     the tenant's sending phone number (from its credential cache) before
+--     it knows anything else about the conversation.
+CREATE OR REPLACE FUNCTION ordo.next_step(p_conv bigint, p_fence bigint, p_head bigint, p_tenant bigint, p_phone text)
+RETURNS TABLE (
+    message_pk bigint, message_id text, seq bigint, direction text, payload jsonb,
+    step_id bigint, step_idx int, step_kind text, step_status text, step_request jsonb, step_attempts int,
+    since_start interval, provider_status text, provider_message_id text, started boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_m     record;
+    v_kind  text;
+    v_req   jsonb;
+    v_st    record;
+    v_start boolean := true;
+    v_halt  boolean;
+BEGIN
+    IF p_fence IS NULL THEN
+        -- Right after the takeover, in its transaction.
+        p_fence := nullif(current_setting('ordo.fence', true), '')::bigint;
+        SELECT c.head_seq, c.tenant_id, c.halted_at IS NOT NULL INTO p_head, p_tenant, v_halt
+        FROM ordo.conversations c WHERE c.id = p_conv;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+        v_start := p_fence IS NOT NULL AND NOT v_halt;
+    END IF;
+    SELECT m.id, m.message_id, m.seq, m.direction, m.payload INTO v_m
+    FROM ordo.messages m WHERE m.conversation_pk = p_conv AND m.seq > p_head
+    ORDER BY m.seq LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF v_start AND NOT EXISTS (SELECT 1 FROM ordo.steps s WHERE s.message_pk = v_m.id) THEN
+        IF v_m.direction = 'outbound' THEN
+            v_kind := 'send';
+            v_req := v_m.payload;
+        ELSE
+            v_kind := 'handle';
+        END IF;
+        IF v_kind = 'handle' OR p_phone IS NOT NULL THEN
+            SELECT * INTO v_st FROM ordo.start_step(p_conv, p_fence, p_tenant, v_m.id, 0, v_kind, v_req,
+                CASE WHEN v_kind = 'send' THEN p_phone END);
+            IF v_st.verdict = 'go' THEN
+                RETURN QUERY SELECT v_m.id, v_m.message_id, v_m.seq, v_m.direction, v_m.payload,
+                    v_st.step_id, 0, v_kind, 'running'::text, v_req, v_st.attempts,
+                    interval '0', NULL::text, NULL::text, true;
+                RETURN;
+            END IF;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT v_m.id, v_m.message_id, v_m.seq, v_m.direction, v_m.payload,
+        s.id, s.idx, s.kind, s.status, s.request, s.attempts,
+        clock_timestamp() - s.started_at, s.provider_status, s.provider_message_id, false
+    FROM (SELECT 1) one LEFT JOIN ordo.steps s ON s.message_pk = v_m.id
+    ORDER BY s.idx;
+END;
+$$;

@@ -1,0 +1,72 @@
+-- ordo.reserve_send is the one check a drain makes before a send:
+--   'paused' — the tenant's sending is paused: do not send;
+--   'wait'   — not yet: come back after wait (the conversation keeps any slot
+--              it reserved, so waiting never loses its place in line);
+--   'go'     — send after wait (at most p_horizon).
+-- It enforces the pair gap first (so a user's gap holds no number slot), then
+-- takes the conversation's reserved slot or reserves the number's next one
+-- with a single atomic upsert. Conversation writes carry the drain's fence.
+-- Times are the database's clock; the caller only ever sees durations.
+CREATE OR REPLACE FUNCTION ordo.reserve_send(
+    p_tenant bigint, p_conv bigint, p_fence bigint, p_phone text, p_horizon interval,
+    OUT verdict text, OUT wait interval)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now    timestamptz := clock_timestamp();
+    v_rate   int;
+    v_gap    int;
+    v_paused timestamptz;
+    v_ticket timestamptz;
+    v_pair   timestamptz;
+    v_until  timestamptz;
+    v_slot   timestamptz;
+    v_space  interval;
+BEGIN
+    SELECT t.send_rate, t.pair_gap_ms, t.sending_paused_at INTO v_rate, v_gap, v_paused
+    FROM ordo.tenants t WHERE t.id = p_tenant;
+    IF NOT FOUND OR v_paused IS NOT NULL THEN
+        verdict := 'paused';
+        RETURN;
+    END IF;
+    SELECT c.send_slot_at, c.pair_ready_at INTO v_ticket, v_pair
+    FROM ordo.conversations c WHERE c.id = p_conv;
+
+    IF v_ticket IS NOT NULL THEN
+        SELECT p.throttled_until INTO v_until FROM ordo.send_pacing p WHERE p.phone_number_id = p_phone;
+        IF v_until IS NULL OR v_ticket >= v_until THEN
+            v_slot := v_ticket;
+        END IF;
+    END IF;
+    IF v_slot IS NULL THEN
+        IF v_gap > 0 AND v_pair > v_now THEN
+            verdict := 'wait';
+            wait := v_pair - v_now;
+            RETURN;
+        END IF;
+        IF v_rate = 0 THEN
+            -- Unpaced, but a throttled number still waits.
+            SELECT greatest(p.next_slot, v_now) INTO v_slot FROM ordo.send_pacing p WHERE p.phone_number_id = p_phone;
+            v_slot := coalesce(v_slot, v_now);
+        ELSE
+            v_space := make_interval(secs => 1.0 / v_rate);
+            INSERT INTO ordo.send_pacing AS p (phone_number_id, next_slot) VALUES (p_phone, v_now + v_space)
+            ON CONFLICT (phone_number_id) DO UPDATE SET next_slot = greatest(p.next_slot, v_now) + v_space
+            RETURNING p.next_slot - v_space INTO v_slot;
+        END IF;
+    END IF;
+
+    IF v_slot - v_now > p_horizon THEN
+        IF v_ticket IS DISTINCT FROM v_slot THEN
+            UPDATE ordo.conversations c SET send_slot_at = v_slot WHERE c.id = p_conv AND c.fence = p_fence;
+        END IF;
+        verdict := 'wait';
+        wait := v_slot - v_now;
+        RETURN;
+    END IF;
+    IF v_ticket IS NOT NULL THEN
+        UPDATE ordo.conversations c SET send_slot_at = NULL WHERE c.id = p_conv AND c.fence = p_fence;
+    END IF;
+    verdict := 'go';
+    wait := greatest(v_slot - v_now, interval '0');
+END;
+$$;
