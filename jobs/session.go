@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	ordosql "github.com/ordo-dev/ordo/sql"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -28,7 +29,7 @@ var ErrFenced = errors.New("stale fencing token: another drain owns the conversa
 // IsFenced reports whether err is a write rejected by the fence.
 func IsFenced(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.Is(err, ErrFenced) || (errors.As(err, &pgErr) && pgErr.Code == "ORF01")
+	return errors.Is(err, ErrFenced) || (errors.As(err, &pgErr) && pgErr.Code == ordosql.SQLStateStaleFence)
 }
 
 // session is a drain's hold on one conversation: a dedicated connection that

@@ -1,6 +1,18 @@
-// Package sql owns ordo's schema: the migrations (River's tables included) and
-// the golang-migrate plumbing that applies them. Queries live next to the code
-// that runs them; the schema lives here.
+// Package sql owns ordo's schema and applies it, in one step and in this
+// order (sql.Up; sql.Down reverses it):
+//
+//  1. schema ordo;
+//  2. River's tables, by River's own migrator (river.go), recorded in
+//     ordo.river_migration;
+//  3. ordo's tables and indexes, by golang-migrate from migrations/,
+//     recorded in public.ordo_migrations;
+//  4. ordo's SQL functions, one file each in functions/, re-applied when a
+//     file changes (functions.go), recorded in ordo.function_checksums.
+//
+// A database migrated by an older ordo that numbered River's migrations into
+// its own sequence is recognised and recorded under this layout once
+// (baseline.go). Queries live next to the code that runs them; the schema
+// lives here.
 package sql
 
 import (
@@ -17,17 +29,25 @@ import (
 	"github.com/golang-migrate/migrate/v4"
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers pgx5://
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// MigrationsTable is golang-migrate's bookkeeping table, named so it does not
-// collide with an application's own golang-migrate table in the same database.
-const MigrationsTable = "ordo_schema_migrations"
+// MigrationsTable is golang-migrate's bookkeeping table for ordo's own
+// migrations (in schema public), named so it does not collide with an
+// application's own golang-migrate table in the same database.
+const MigrationsTable = "ordo_migrations"
 
-// LatestVersion is the newest migration this binary carries.
+// migrateLock serializes sql.Up and sql.Down across processes (a session
+// advisory lock, "ordomig" in ASCII; the drains' locks take two keys, a
+// space of their own): River's migrator takes no lock of its own, and the
+// function step must not run twice at once.
+const migrateLock = 0x6f72646f6d6967
+
+// LatestVersion is the newest of ordo's own migrations this binary carries.
 func LatestVersion() uint {
 	entries, _ := fs.ReadDir(migrations, "migrations")
 	versions := make([]int, 0, len(entries))
@@ -61,18 +81,92 @@ func newMigrate(databaseURL string) (*migrate.Migrate, error) {
 	return m, nil
 }
 
-// Up applies every migration not applied yet. It is safe to run from several
-// processes at once: golang-migrate serializes them on an advisory lock.
+// Up brings the database to this binary's schema: schema, River's
+// migrations, ordo's migrations, functions. It is safe to run from several
+// processes at once (they take turns on an advisory lock) and does no DDL
+// on an up-to-date database.
 func Up(databaseURL string) error {
-	return run(databaseURL, func(m *migrate.Migrate) error { return m.Up() })
+	return withLock(databaseURL, func(ctx context.Context, conn *pgx.Conn, pool *pgxpool.Pool) error {
+		if err := baselineOldLayout(ctx, conn); err != nil {
+			return err
+		}
+		var exists bool
+		if err := conn.QueryRow(ctx, `SELECT to_regnamespace('`+Schema+`') IS NOT NULL`).Scan(&exists); err != nil {
+			return fmt.Errorf("look up schema %s: %w", Schema, err)
+		}
+		if !exists {
+			// Only when missing: CREATE SCHEMA IF NOT EXISTS needs the CREATE
+			// privilege on the database even when the schema is there.
+			if _, err := conn.Exec(ctx, `CREATE SCHEMA `+Schema); err != nil {
+				return fmt.Errorf("create schema %s: %w", Schema, err)
+			}
+		}
+		if err := riverUp(ctx, pool); err != nil {
+			return err
+		}
+		if err := runMigrate(databaseURL, func(m *migrate.Migrate) error { return m.Up() }); err != nil {
+			return err
+		}
+		if err := applyFunctions(ctx, conn); err != nil {
+			return fmt.Errorf("apply functions: %w", err)
+		}
+		return nil
+	})
 }
 
-// Down reverts every migration, River's tables included.
+// Down removes everything Up made, in reverse: functions, ordo's tables,
+// River's tables, the schema (which must then be empty).
 func Down(databaseURL string) error {
-	return run(databaseURL, func(m *migrate.Migrate) error { return m.Down() })
+	return withLock(databaseURL, func(ctx context.Context, conn *pgx.Conn, pool *pgxpool.Pool) error {
+		if err := baselineOldLayout(ctx, conn); err != nil {
+			return err
+		}
+		if err := dropFunctions(ctx, conn); err != nil {
+			return fmt.Errorf("drop functions: %w", err)
+		}
+		if err := runMigrate(databaseURL, func(m *migrate.Migrate) error { return m.Down() }); err != nil {
+			return err
+		}
+		var exists bool
+		if err := conn.QueryRow(ctx, `SELECT to_regnamespace('`+Schema+`') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+			return err
+		}
+		if err := riverDown(ctx, pool); err != nil {
+			return err
+		}
+		if _, err := conn.Exec(ctx, `DROP SCHEMA `+Schema); err != nil {
+			return fmt.Errorf("drop schema %s: %w", Schema, err)
+		}
+		return nil
+	})
 }
 
-func run(databaseURL string, f func(*migrate.Migrate) error) error {
+// withLock runs f holding migrateLock on conn; pool is for River's migrator.
+func withLock(databaseURL string, f func(ctx context.Context, conn *pgx.Conn, pool *pgxpool.Pool) error) error {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return errors.New("parse DATABASE_URL: not a Postgres URL")
+	}
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect for migrations: %w", err)
+	}
+	defer pool.Close()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("connect for migrations: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(migrateLock)); err != nil {
+		return fmt.Errorf("take the migration lock: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(migrateLock)) //nolint:errcheck
+	return f(ctx, conn.Conn(), pool)
+}
+
+func runMigrate(databaseURL string, f func(*migrate.Migrate) error) error {
 	m, err := newMigrate(databaseURL)
 	if err != nil {
 		return err
@@ -84,7 +178,8 @@ func run(databaseURL string, f func(*migrate.Migrate) error) error {
 	return nil
 }
 
-// Version reports the applied version; dirty means a migration failed half way.
+// Version reports the applied version of ordo's own migrations; dirty means
+// one failed half way. (River's line is checked by CheckMigrated.)
 func Version(databaseURL string) (version uint, dirty bool, err error) {
 	m, err := newMigrate(databaseURL)
 	if err != nil {
@@ -100,8 +195,9 @@ func Version(databaseURL string) (version uint, dirty bool, err error) {
 
 const versionQuery = `SELECT version, dirty FROM public.` + MigrationsTable
 
-// CheckMigrated returns nil when the database is reachable and migrated to the
-// version this binary carries (what /readyz reports).
+// CheckMigrated returns nil when the database is reachable and migrated to
+// what this binary carries — River's line, ordo's line and the functions —
+// (what /readyz reports).
 func CheckMigrated(ctx context.Context, pool *pgxpool.Pool) error {
 	var (
 		version int64
@@ -113,9 +209,23 @@ func CheckMigrated(ctx context.Context, pool *pgxpool.Pool) error {
 	if dirty || uint(version) != LatestVersion() {
 		return fmt.Errorf("schema at version %d (dirty=%t), want %d", version, dirty, LatestVersion())
 	}
-	return nil
+	m, err := riverMigrator(pool)
+	if err != nil {
+		return err
+	}
+	res, err := m.Validate(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("read river's migrations: %w", err)
+	}
+	if !res.OK {
+		return fmt.Errorf("river's schema: %s", strings.Join(res.Messages, "; "))
+	}
+	return checkFunctions(ctx, pool)
 }
 
-// MigrationFiles exposes the embedded migrations (sqltest hashes them to name
-// its template database).
+// MigrationFiles exposes the embedded migrations (sqltest hashes them, with
+// FunctionFiles, to name its template database).
 func MigrationFiles() fs.FS { return migrations }
+
+// FunctionFiles exposes the embedded functions/ directory.
+func FunctionFiles() fs.FS { return functions }

@@ -12,6 +12,8 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"testing"
 
@@ -111,17 +113,29 @@ func ensureTemplate(base string) (string, error) {
 	return name, nil
 }
 
+// migrationsHash names the template after everything that shapes the
+// schema: ordo's migrations, its functions and the River module (whose
+// migrations River's migrator applies).
 func migrationsHash() string {
 	h := sha256.New()
-	_ = fs.WalkDir(ordosql.MigrationFiles(), ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
+	for _, files := range []fs.FS{ordosql.MigrationFiles(), ordosql.FunctionFiles()} {
+		_ = fs.WalkDir(files, ".", func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, _ := fs.ReadFile(files, path)
+			h.Write([]byte(path))
+			h.Write(b)
+			return nil
+		})
+	}
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, m := range info.Deps {
+			if strings.HasPrefix(m.Path, "github.com/riverqueue/river") {
+				h.Write([]byte(m.Path + "@" + m.Version))
+			}
 		}
-		b, _ := fs.ReadFile(ordosql.MigrationFiles(), path)
-		h.Write([]byte(path))
-		h.Write(b)
-		return nil
-	})
+	}
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
 
