@@ -53,12 +53,21 @@ func openPool(t *testing.T, url string) *pgxpool.Pool {
 	return pool
 }
 
+// TestFunctionsMatchFiles: after Up (the template every test clones), the
+// database's functions are sql/functions, no more, no less.
+func TestFunctionsMatchFiles(t *testing.T) {
+	t.Parallel()
+	assertFunctionsMatchFiles(t, openPool(t, sqltest.URL(t)))
+}
+
 // TestDownUp checks that the whole schema comes off and goes back on: an
-// operator's `ordo migrate down` then `up` ends at the latest version.
+// operator's `ordo migrate down` then `up` ends at the latest version, with
+// River's line and the functions back, and the same schema as before.
 func TestDownUp(t *testing.T) {
 	t.Parallel()
 	url := sqltest.URL(t)
 	pool := openPool(t, url)
+	before := schemaSnapshot(t, pool)
 
 	if err := ordosql.Down(url); err != nil {
 		t.Fatalf("Down: %v", err)
@@ -69,8 +78,16 @@ func TestDownUp(t *testing.T) {
 	if hasEnqueueMessage(t, pool) {
 		t.Error("ordo.enqueue_message exists after Down")
 	}
+	var schema bool
+	if err := pool.QueryRow(t.Context(), "SELECT to_regnamespace('ordo') IS NOT NULL").Scan(&schema); err != nil || schema {
+		t.Errorf("schema ordo after Down: exists %t, err %v", schema, err)
+	}
 	if v, dirty, err := ordosql.Version(url); err != nil || v != 0 || dirty {
 		t.Errorf("Version after Down = %d, dirty %t, err %v; want 0, clean", v, dirty, err)
+	}
+	// Down on an empty database is no error.
+	if err := ordosql.Down(url); err != nil {
+		t.Errorf("second Down: %v", err)
 	}
 
 	if err := ordosql.Up(url); err != nil {
@@ -83,11 +100,12 @@ func TestDownUp(t *testing.T) {
 	if v != ordosql.LatestVersion() || dirty {
 		t.Errorf("Version after Up = %d, dirty %t; want %d, clean", v, dirty, ordosql.LatestVersion())
 	}
-	if !hasEnqueueMessage(t, pool) {
-		t.Error("ordo.enqueue_message missing after Up")
+	if err := ordosql.CheckMigrated(t.Context(), pool); err != nil {
+		t.Errorf("CheckMigrated after Down, Up: %v", err)
 	}
-	if tables := ordoTables(t, pool); len(tables) == 0 {
-		t.Error("no tables in schema ordo after Up")
+	assertFunctionsMatchFiles(t, pool)
+	if onlyBefore, onlyAfter := diffLines(before, schemaSnapshot(t, pool)); len(onlyBefore)+len(onlyAfter) > 0 {
+		t.Errorf("schema after Down, Up differs:\nonly before: %q\nonly after: %q", onlyBefore, onlyAfter)
 	}
 
 	// Up on an up-to-date database changes nothing and is no error.
@@ -96,8 +114,40 @@ func TestDownUp(t *testing.T) {
 	}
 }
 
+// TestChangedFunctionIsReapplied: a function whose file changed since it was
+// applied (here: its recorded checksum no longer matches, and someone edited
+// it by hand) is what /readyz reports, and Up puts the file's back.
+func TestChangedFunctionIsReapplied(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := sqltest.URL(t)
+	pool := openPool(t, url)
+	for _, q := range []string{
+		`CREATE OR REPLACE FUNCTION ordo.check_fence(conv bigint, token bigint) RETURNS void LANGUAGE plpgsql AS $$ BEGIN END; $$`,
+		`UPDATE ordo.function_checksums SET sha256 = 'edited' WHERE name = 'check_fence'`,
+		// A function no file defines any more, as a removed file leaves it.
+		`CREATE FUNCTION ordo.gone(x int) RETURNS int LANGUAGE plpgsql AS $$ BEGIN RETURN x; END; $$`,
+		`INSERT INTO ordo.function_checksums (name, sha256) VALUES ('gone', 'x')`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := ordosql.CheckMigrated(ctx, pool); err == nil {
+		t.Error("CheckMigrated with a changed function = nil, want an error")
+	}
+	if err := ordosql.Up(url); err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	assertFunctionsMatchFiles(t, pool)
+	if err := ordosql.CheckMigrated(ctx, pool); err != nil {
+		t.Errorf("CheckMigrated after Up: %v", err)
+	}
+}
+
 // TestCheckMigrated checks what /readyz relies on: nil on a migrated
-// database, an error once the schema is gone.
+// database, an error when River's line is behind, and once the schema is
+// gone.
 func TestCheckMigrated(t *testing.T) {
 	t.Parallel()
 	url := sqltest.URL(t)
@@ -106,6 +156,20 @@ func TestCheckMigrated(t *testing.T) {
 	if err := ordosql.CheckMigrated(t.Context(), pool); err != nil {
 		t.Fatalf("CheckMigrated on a migrated database: %v", err)
 	}
+	var latest int
+	if err := pool.QueryRow(t.Context(), "DELETE FROM ordo.river_migration WHERE version = (SELECT max(version) FROM ordo.river_migration) RETURNING version").Scan(&latest); err != nil {
+		t.Fatal(err)
+	}
+	if err := ordosql.CheckMigrated(t.Context(), pool); err == nil {
+		t.Error("CheckMigrated with River's line behind = nil, want an error")
+	}
+	if _, err := pool.Exec(t.Context(), "INSERT INTO ordo.river_migration (line, version) VALUES ('main', $1)", latest); err != nil {
+		t.Fatal(err)
+	}
+	if err := ordosql.CheckMigrated(t.Context(), pool); err != nil {
+		t.Fatalf("CheckMigrated with River's line restored: %v", err)
+	}
+
 	if err := ordosql.Down(url); err != nil {
 		t.Fatalf("Down: %v", err)
 	}

@@ -43,16 +43,38 @@ func URL(t testing.TB) string {
 	if templateErr != nil {
 		t.Fatalf("prepare template database: %v", templateErr)
 	}
+	name := "ordo_test_" + randomHex(8)
+	create(t, base, "CREATE DATABASE "+name+" TEMPLATE "+templateName)
+	return withDatabase(base, name)
+}
+
+// EmptyURL returns the URL of a fresh database with no schema of ordo's in
+// it, dropped when t ends (for tests of migrating itself).
+func EmptyURL(t testing.TB) string {
+	t.Helper()
+	base := os.Getenv(EnvURL)
+	if base == "" {
+		t.Fatalf("%s is not set: run the tests with `make test`, which starts a throwaway Postgres", EnvURL)
+	}
+	name := "ordo_test_" + randomHex(8)
+	create(t, base, "CREATE DATABASE "+name)
+	return withDatabase(base, name)
+}
+
+// create runs stmt (a CREATE DATABASE name …) on the cluster and drops the
+// database when t ends.
+func create(t testing.TB, base, stmt string) {
+	t.Helper()
 	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
 		t.Fatalf("connect to test cluster: %v", err)
 	}
 	defer admin.Close(ctx)
-	name := "ordo_test_" + randomHex(8)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+templateName); err != nil {
+	if _, err := admin.Exec(ctx, stmt); err != nil {
 		t.Fatalf("create test database: %v", err)
 	}
+	name := strings.Fields(stmt)[2]
 	t.Cleanup(func() {
 		c, err := pgx.Connect(context.Background(), base)
 		if err != nil {
@@ -61,7 +83,6 @@ func URL(t testing.TB) string {
 		defer c.Close(context.Background())
 		_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 	})
-	return withDatabase(base, name)
 }
 
 // New returns a pool on a fresh, migrated database, closed and dropped when t ends.
