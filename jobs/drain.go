@@ -18,16 +18,18 @@ import (
 	"github.com/ordo-dev/ordo/tenants"
 )
 
-// DrainArgs is the River job that drains one conversation. ordo.ensure_drain
-// inserts it from SQL; this is its Go side.
+// DrainArgs is the River job that drains one conversation.
+// ordo.insert_drain_job (sql/functions) inserts it from SQL; this is its Go
+// side (sql/drain_job_test.go shows River takes that row as its own).
 type DrainArgs struct {
 	Conversation int64 `json:"conversation"`
-	// Tenant is the conversation's tenant (0 in jobs inserted before
-	// migration 15): the drain passes its sending number to the takeover.
+	// Tenant is the conversation's tenant (0 in jobs inserted by an ordo
+	// before drain jobs carried it): the drain passes its sending number to
+	// the takeover.
 	Tenant int64 `json:"tenant,omitempty"`
 }
 
-// Kind is the River job kind, the same string ordo.ensure_drain inserts.
+// Kind is the River job kind, the same string ordo.insert_drain_job inserts.
 func (DrainArgs) Kind() string { return "ordo_drain" }
 
 // Queue is the River queue drains run on.
