@@ -154,7 +154,7 @@ func TestAdminAuthCSRFAndSecrets(t *testing.T) {
 	e.waitStatus(t, e.APIKey, "adm-2", "done")
 	a = e.call(t, request{method: http.MethodGet, path: "/admin/api/overview", header: auth})
 	mustStatus(t, "overview", a, http.StatusOK)
-	o := decode[web.AdminOverview](t, a)
+	o := decode[engine.AdminOverview](t, a)
 	if len(o.Tenants) != 1 || o.Tenants[0].Slug != "acme" || !o.Tenants[0].HandlerURLSet || strings.Join(o.Tenants[0].Credentials, ",") != "handler,whatsapp" ||
 		o.Tenants[0].SendRate != 80 || o.Tenants[0].SendingPausedAt != nil {
 		t.Errorf("overview tenants: %+v", o.Tenants)
@@ -168,7 +168,7 @@ func TestAdminAuthCSRFAndSecrets(t *testing.T) {
 	if _, err := e.Pool.Exec(context.Background(), `UPDATE ordo.tenants SET sending_paused_at = now(), sending_paused_reason = 'account locked (131031)'`); err != nil {
 		t.Fatal(err)
 	}
-	paused := decode[web.AdminOverview](t, e.call(t, request{method: http.MethodGet, path: "/admin/api/overview", header: auth}))
+	paused := decode[engine.AdminOverview](t, e.call(t, request{method: http.MethodGet, path: "/admin/api/overview", header: auth}))
 	if paused.Tenants[0].SendingPausedAt == nil || paused.Tenants[0].SendingPausedReason != "account locked (131031)" {
 		t.Errorf("a paused tenant shows as %+v", paused.Tenants[0])
 	}
@@ -202,7 +202,7 @@ func TestAdminAttentionOrder(t *testing.T) {
 			e.Ingest(conv, conv+"-"+string(rune('a'+i)), "x")
 		}
 	}
-	o := decode[web.AdminOverview](t, e.call(t, request{method: http.MethodGet, path: "/admin/api/overview", header: basic("", adminPassword)}))
+	o := decode[engine.AdminOverview](t, e.call(t, request{method: http.MethodGet, path: "/admin/api/overview", header: basic("", adminPassword)}))
 	var got []string
 	for _, c := range o.Attention {
 		got = append(got, c.ConversationID)

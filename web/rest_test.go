@@ -91,7 +91,7 @@ func start(t *testing.T, o options) *env {
 		o.jobs.Config.WhatsAppAPIURL = base + "/sandbox/v23.0"
 	}
 	b := jobstest.Setup(t, o.jobs)
-	var h http.Handler = web.New(o.web, b.Pool, b.Engine, b.Tenants, b.Vault, logger).Handler()
+	var h http.Handler = web.New(o.web, b.Engine, b.Tenants, b.Vault, logger).Handler()
 	if o.wrap != nil {
 		h = o.wrap(h)
 	}
@@ -833,7 +833,7 @@ func TestHealthAndReadiness(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	srv := httptest.NewServer(web.New(web.Config{}, pool, engine.New(pool, nil), tenants.NewStore(pool, nil), nil, nil).Handler())
+	srv := httptest.NewServer(web.New(web.Config{}, engine.New(pool, nil), tenants.NewStore(pool, nil), nil, nil).Handler())
 	t.Cleanup(srv.Close)
 	e := &env{URL: srv.URL, client: newClient(2)}
 

@@ -4,35 +4,14 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/gorilla/mux"
-	"github.com/jackc/pgx/v5"
-
-	"github.com/ordo-dev/ordo/engine"
 )
 
 // The sandbox is ordo dev's stand-in for the WhatsApp Cloud API: the same
-// request and answer shapes, and every send recorded in ordo.sandbox_sends so
-// a first user sees what would have reached WhatsApp (on the admin page and
-// at GET /sandbox/sends).
-
-const insertSandboxSend = `
-INSERT INTO ordo.sandbox_sends (phone_number_id, wamid, body)
-VALUES ($1, 'wamid.sandbox.' || md5(random()::text), $2)
-RETURNING wamid`
-
-const listSandboxSends = `
-SELECT id, phone_number_id, wamid, body, created_at FROM ordo.sandbox_sends ORDER BY id DESC LIMIT 100`
-
-// SandboxSend is one message the sandbox channel was asked to send.
-type SandboxSend struct {
-	ID            int64           `json:"id"`
-	PhoneNumberID string          `json:"phone_number_id"`
-	WAMID         string          `json:"wamid"`
-	Body          json.RawMessage `json:"body"`
-	CreatedAt     time.Time       `json:"created_at"`
-}
+// request and answer shapes, every send recorded by the engine so a first
+// user sees what would have reached WhatsApp (on the admin page and at GET
+// /sandbox/sends).
 
 func (s *Server) routeSandbox(r *mux.Router) {
 	r.HandleFunc("/sandbox/{version}/{phone_number_id}/messages", s.sandboxSend).Methods(http.MethodPost)
@@ -60,8 +39,8 @@ func (s *Server) sandboxSend(w http.ResponseWriter, r *http.Request) {
 		graphError(http.StatusBadRequest, 100, "Invalid parameter")
 		return
 	}
-	var wamid string
-	if err := s.pool.QueryRow(r.Context(), insertSandboxSend, pathVar(r, "phone_number_id"), body).Scan(&wamid); err != nil {
+	wamid, err := s.engine.RecordSandboxSend(r.Context(), pathVar(r, "phone_number_id"), body)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -73,19 +52,10 @@ func (s *Server) sandboxSend(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) sandboxSends(w http.ResponseWriter, r *http.Request) {
-	sends, err := s.recentSandboxSends(r)
+	sends, err := s.engine.SandboxSends(r.Context())
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"sends": sends})
-}
-
-func (s *Server) recentSandboxSends(r *http.Request) ([]SandboxSend, error) {
-	rows, _ := s.pool.Query(r.Context(), listSandboxSends)
-	sends, err := pgx.CollectRows(rows, pgx.RowToStructByPos[SandboxSend])
-	if err != nil {
-		return nil, &engine.Error{Code: engine.CodeInternal, Message: "internal error", Err: err}
-	}
-	return sends, nil
 }

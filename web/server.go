@@ -11,10 +11,8 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordo-dev/ordo/engine"
-	ordosql "github.com/ordo-dev/ordo/sql"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -46,7 +44,6 @@ func (c Config) WithDefaults() Config {
 // Server routes requests to the engine.
 type Server struct {
 	cfg     Config
-	pool    *pgxpool.Pool
 	engine  *engine.Engine
 	tenants *tenants.Store
 	vault   *tenants.Vault
@@ -54,11 +51,11 @@ type Server struct {
 }
 
 // New returns a Server.
-func New(cfg Config, pool *pgxpool.Pool, eng *engine.Engine, ts *tenants.Store, vault *tenants.Vault, logger *slog.Logger) *Server {
+func New(cfg Config, eng *engine.Engine, ts *tenants.Store, vault *tenants.Vault, logger *slog.Logger) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg.WithDefaults(), pool: pool, engine: eng, tenants: ts, vault: vault, logger: logger}
+	return &Server{cfg: cfg.WithDefaults(), engine: eng, tenants: ts, vault: vault, logger: logger}
 }
 
 // Handler returns the routed handler.
@@ -104,7 +101,7 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := ordosql.CheckMigrated(ctx, s.pool); err != nil {
+	if err := s.engine.Ready(ctx); err != nil {
 		s.logger.WarnContext(ctx, "not ready", slog.String("error", err.Error()))
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
 		return

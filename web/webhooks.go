@@ -18,23 +18,15 @@ package web
 // credential; 413 body over Config.MaxWebhookBytes.
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"slices"
-	"strconv"
-	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/gorilla/mux"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ordo-dev/ordo/engine"
 	"github.com/ordo-dev/ordo/jobs/whatsapp"
@@ -43,10 +35,6 @@ import (
 
 // signatureHeader carries Meta's HMAC of a webhook body.
 const signatureHeader = "X-Hub-Signature-256"
-
-// webhookTxAttempts bounds how often a webhook's transaction is retried when
-// Postgres aborted it to break a deadlock with a concurrent delivery.
-const webhookTxAttempts = 3
 
 // routeWebhooks mounts Meta's webhooks (GET handshake, POST events).
 func (s *Server) routeWebhooks(r *mux.Router) {
@@ -101,17 +89,6 @@ func (s *Server) whatsappHandshake(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, challenge)
 }
 
-// webhookResult is the answer to a stored webhook; Meta ignores it, people
-// reading logs or tests do not.
-type webhookResult struct {
-	// Accepted counts the new inbound messages, Duplicates the repeats.
-	Accepted   int `json:"accepted"`
-	Duplicates int `json:"duplicates"`
-	// Statuses counts the statuses that updated a send step; the others were
-	// for unknown steps or older than what the step has.
-	Statuses int `json:"statuses"`
-}
-
 // whatsappEvents authenticates, parses and stores one webhook delivery.
 func (s *Server) whatsappEvents(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxWebhookBytes))
@@ -144,202 +121,10 @@ func (s *Server) whatsappEvents(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, engine.Errorf(engine.CodeInvalid, "%s", err.Error()))
 		return
 	}
-	if err := checkNumber(wh, cred.PhoneNumberID); err != nil {
-		s.logger.InfoContext(r.Context(), "whatsapp webhook refused", slog.String("tenant", t.Slug), slog.String("error", err.Error()))
-		s.writeError(w, r, err)
-		return
-	}
-	res, err := s.storeWebhook(r.Context(), t, wh)
+	res, err := s.engine.StoreWebhook(r.Context(), engine.WebhookTenant{ID: t.ID, Slug: t.Slug, PhoneNumberID: cred.PhoneNumberID}, wh)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
 }
-
-// checkNumber refuses a webhook that carries anything for a business number
-// other than the tenant's: a Meta app may serve several numbers, and ordo
-// must not answer one number's users from another.
-func checkNumber(wh whatsapp.Webhook, phoneNumberID string) error {
-	check := func(got string) error {
-		if got != phoneNumberID {
-			return engine.Errorf(engine.CodeInvalid, "phone_number_id: %q is not this tenant's WhatsApp number", got)
-		}
-		return nil
-	}
-	for _, m := range wh.Messages {
-		if err := check(m.PhoneNumberID); err != nil {
-			return err
-		}
-	}
-	for _, st := range wh.Statuses {
-		if err := check(st.PhoneNumberID); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// storeWebhook writes a delivery in one transaction, retried when Postgres
-// breaks a deadlock between concurrent deliveries.
-func (s *Server) storeWebhook(ctx context.Context, t tenants.Tenant, wh whatsapp.Webhook) (webhookResult, error) {
-	if len(wh.Messages) == 0 && len(wh.Statuses) == 0 {
-		return webhookResult{}, nil
-	}
-	// One lock order for every delivery: conversations sorted (a user's
-	// messages keep their order), so concurrent deliveries touching the same
-	// conversations queue instead of deadlocking.
-	msgs := slices.Clone(wh.Messages)
-	slices.SortStableFunc(msgs, func(a, b whatsapp.Inbound) int {
-		if c := strings.Compare(a.ConversationID, b.ConversationID); c != 0 {
-			return c
-		}
-		return a.Timestamp.Compare(b.Timestamp)
-	})
-	statuses := newStatusBatch(wh.Statuses)
-	for attempt := 1; ; attempt++ {
-		var res webhookResult
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			// Statuses first: a drain writes a step before its conversation,
-			// and so does this transaction.
-			if len(wh.Statuses) > 0 {
-				tag, err := tx.Exec(ctx, applyStatuses, t.ID, statuses.stepIDs, statuses.wamids, statuses.statuses, statuses.ranks)
-				if err != nil {
-					return fmt.Errorf("apply statuses: %w", err)
-				}
-				res.Statuses = int(tag.RowsAffected())
-			}
-			for _, m := range msgs {
-				a, err := s.engine.IngestTx(ctx, tx, engine.NewMessage{
-					Tenant: t.Slug, ConversationID: m.ConversationID, MessageID: m.MessageID,
-					Direction: "inbound", Payload: storable(m.Payload),
-				})
-				if err != nil {
-					return err
-				}
-				if a.Duplicate {
-					res.Duplicates++
-				} else {
-					res.Accepted++
-				}
-			}
-			return nil
-		})
-		if err == nil || attempt == webhookTxAttempts || !isTxConflict(err) {
-			return res, err
-		}
-	}
-}
-
-// isTxConflict reports whether Postgres aborted the transaction to break a
-// deadlock or a serialization conflict, so running it again can succeed.
-func isTxConflict(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
-}
-
-// statusBatch is a delivery's statuses as the column arrays applyStatuses
-// unnests: one statement for all of them.
-type statusBatch struct {
-	stepIDs  []*int64
-	wamids   []string
-	statuses []string
-	ranks    []int32
-}
-
-func newStatusBatch(sts []whatsapp.Status) statusBatch {
-	var b statusBatch
-	for _, st := range sts {
-		var id *int64
-		if n, err := strconv.ParseInt(st.CallbackData, 10, 64); err == nil && n > 0 {
-			id = &n
-		}
-		b.stepIDs = append(b.stepIDs, id)
-		b.wamids = append(b.wamids, st.MessageID)
-		b.statuses = append(b.statuses, strings.Map(dropControl, st.Status))
-		b.ranks = append(b.ranks, int32(whatsapp.StatusRank(st.Status)))
-	}
-	return b
-}
-
-// storable makes a message's JSON fit a jsonb column. Postgres refuses the
-// escapes \u0000 and lone surrogates that JSON (and so an end user's text)
-// may carry; refusing the delivery for them would have Meta redeliver it,
-// with every other message in it, for days. So such a payload is decoded and
-// encoded again, NULs becoming U+FFFD (as lone surrogates do in decoding).
-func storable(payload json.RawMessage) json.RawMessage {
-	if !bytes.Contains(payload, []byte(`\u`)) {
-		return payload
-	}
-	d := json.NewDecoder(bytes.NewReader(payload))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return payload // the parser read it; leave it to ingest to judge
-	}
-	out, err := json.Marshal(withoutNUL(v))
-	if err != nil {
-		return payload
-	}
-	return out
-}
-
-// withoutNUL replaces NUL in every string (and key) of a decoded JSON value.
-func withoutNUL(v any) any {
-	switch x := v.(type) {
-	case string:
-		return strings.ReplaceAll(x, "\x00", "\uFFFD")
-	case []any:
-		for i := range x {
-			x[i] = withoutNUL(x[i])
-		}
-	case map[string]any:
-		clean := make(map[string]any, len(x))
-		for k, e := range x {
-			clean[strings.ReplaceAll(k, "\x00", "\uFFFD")] = withoutNUL(e)
-		}
-		return clean
-	}
-	return v
-}
-
-// dropControl removes control characters (NUL above all, which text columns
-// refuse) from a status name.
-func dropControl(r rune) rune {
-	if unicode.IsControl(r) {
-		return -1
-	}
-	return r
-}
-
-// applyStatuses records delivery statuses on the tenant's send steps. A
-// status finds its step by biz_opaque_callback_data (ordo's step id), else
-// by the wamid; a step of another tenant is never matched, an unknown one is
-// skipped. It never regresses a step: a status applies only when it ranks
-// above the recorded one (whatsapp.StatusRank), the highest of a delivery
-// winning. The wamid fills provider_message_id when the step has none (a send
-// whose answer was lost), which is what settles an ambiguous send.
-const applyStatuses = `
-WITH s AS (
-    SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::int[])
-        WITH ORDINALITY AS s(step_id, wamid, status, rank, ord)
-), by_id AS (
-    SELECT s.ord, st.id FROM s
-    JOIN ordo.steps st ON st.id = s.step_id AND st.kind = 'send'
-    JOIN ordo.messages m ON m.id = st.message_pk AND m.tenant_id = $1
-), by_wamid AS (
-    SELECT s.ord, st.id FROM s
-    JOIN ordo.steps st ON st.provider_message_id = s.wamid AND st.kind = 'send'
-    JOIN ordo.messages m ON m.id = st.message_pk AND m.tenant_id = $1
-    WHERE NOT EXISTS (SELECT 1 FROM by_id WHERE by_id.ord = s.ord)
-), best AS (
-    SELECT DISTINCT ON (h.id) h.id, s.wamid, s.status, s.rank
-    FROM (SELECT * FROM by_id UNION ALL SELECT * FROM by_wamid) h JOIN s ON s.ord = h.ord
-    ORDER BY h.id, s.rank DESC
-)
-UPDATE ordo.steps st SET
-    provider_status      = best.status,
-    provider_status_rank = best.rank,
-    provider_message_id  = coalesce(st.provider_message_id, best.wamid)
-FROM best
-WHERE st.id = best.id AND best.rank > st.provider_status_rank`

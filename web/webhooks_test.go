@@ -67,7 +67,7 @@ func waStart(t testing.TB, o jobstest.Options, cfg web.Config) *waEnv {
 		o.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	b := jobstest.Setup(t, o)
-	h := web.New(cfg, b.Pool, b.Engine, b.Tenants, b.Vault, o.Logger).Handler()
+	h := web.New(cfg, b.Engine, b.Tenants, b.Vault, o.Logger).Handler()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return &waEnv{Bundle: b, URL: srv.URL, handler: h, logs: logs}

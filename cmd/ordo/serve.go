@@ -121,7 +121,7 @@ func serve(ctx context.Context, env *environment, cfg serverConfig) error {
 			}
 			return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 		}
-		handler := web.New(cfg.web, pool, engine.New(pool, log), store, vault, log).Handler()
+		handler := web.New(cfg.web, engine.New(pool, log), store, vault, log).Handler()
 		srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
 		go func() { serveCh <- srv.Serve(ln) }()
 		log.Info("serving", slog.String("addr", ln.Addr().String()))
