@@ -80,6 +80,7 @@ SELECT id, idx, kind, status, request, attempts, clock_timestamp() - started_at,
 FROM ordo.steps WHERE message_pk = $1 ORDER BY idx`
 
 func (r *run) loadSteps(ctx context.Context, m message) ([]step, error) {
+	r.s.touch()
 	rows, _ := r.s.conn.Query(ctx, stepsQuery, m.pk)
 	steps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (step, error) {
 		var st step
@@ -110,15 +111,21 @@ func firstSteps(m message, steps []step) []step {
 // in the same write.
 func (r *run) message(ctx context.Context, m message, steps []step) (outcome, error) {
 	last := outcome{kind: outcomeDone}
+	ran := false // a step ran in this call
 	for i := 0; i < len(steps); i++ {
 		if steps[i].status == "done" {
 			continue
+		}
+		if ran && r.d.stopping.Load() {
+			// The worker is stopping (a deploy): the steps before this one
+			// are recorded; the rest wait for the next drain.
+			return outcome{kind: outcomeWait}, nil
 		}
 		out, err := r.step(ctx, m, &steps[i], i == len(steps)-1)
 		if err != nil || out.kind != outcomeDone || out.finished {
 			return out, err
 		}
-		last = out // the last step's carries the next message, if it read it
+		last, ran = out, true // the last step's carries the next message, if it read it
 		if steps[i].kind == "handle" {
 			// The handler's replies are steps now.
 			if steps, err = r.loadSteps(ctx, m); err != nil {
@@ -180,6 +187,14 @@ const moveHead = `UPDATE ordo.conversations SET head_seq = $2 WHERE id = $1`
 // outcome is unknown, and once the send may go (credential, pacing, pause);
 // a step the previous message's last write started goes straight out.
 func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome, error) {
+	if st.kind == "handle" && r.tenant.SendingPausedAt != nil {
+		// A paused tenant makes no external call at all: its handler's
+		// replies could not be sent anyway.
+		if st.started {
+			return r.pauseSending(ctx, st, r.tenant.SendingPausedReason, errorEntry(st.attempts, "tenant paused: "+r.tenant.SendingPausedReason, ""))
+		}
+		return outcome{kind: outcomeWait, delay: r.d.cfg.PausedRecheck}, nil
+	}
 	if !st.started {
 		if out, ok, err := r.ready(ctx, m, st, last); err != nil || !ok {
 			return out, err
@@ -193,23 +208,38 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 		}
 	}
 	st.started = false
+	if r.d.hooks.beforeEffect != nil {
+		r.d.hooks.beforeEffect(st.id)
+	}
 
+	timeout := r.d.cfg.SendTimeout
+	if st.kind == "handle" {
+		timeout = r.d.cfg.HandlerTimeout
+	}
+	callCtx, cancel, err := r.s.callContext(ctx, timeout)
+	if err != nil {
+		return outcome{}, err // not sure of the lease: no call
+	}
 	var (
 		providerID *string
 		replies    json.RawMessage
-		err        error
 	)
 	switch st.kind {
 	case "handle":
-		replies, err = r.callHandler(ctx, m)
+		replies, err = r.callHandler(callCtx, m)
 	case "send":
 		var id string
-		id, err = r.send(ctx, st)
+		id, err = r.send(callCtx, st)
 		providerID = &id
 	}
+	cancel()
 	if r.d.hooks.afterEffect != nil {
 		r.d.hooks.afterEffect(st.id)
 	}
+	// The effect happened (or was tried): record it even when the worker is
+	// being stopped meanwhile, or the next drain finds it in doubt.
+	ctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancelRecord()
 	if err != nil {
 		var f *failure
 		if !errors.As(err, &f) {
@@ -222,6 +252,11 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 	}
 	return r.finish(ctx, m, st, providerID, last && replies == nil, replies)
 }
+
+// recordTimeout bounds recording a step's outcome after its call, which
+// goes on after a stop signal (a write takes milliseconds; this only keeps
+// a dead database from holding a stopping worker for ever).
+const recordTimeout = 10 * time.Second
 
 // ready settles an earlier send attempt whose outcome is unknown, loads the
 // credential, and starts the attempt (run.start). ok false: the step does
@@ -272,7 +307,7 @@ func (r *run) start(ctx context.Context, m message, st *step, phone *string) (ou
 		if wait != nil {
 			d = *wait
 		}
-		if d > r.d.cfg.PaceMaxSleep {
+		if d > r.d.cfg.PaceMaxSleep || r.d.stopping.Load() {
 			return outcome{kind: outcomeWait, delay: d}, false, nil
 		}
 		if err := sleep(ctx, d); err != nil {

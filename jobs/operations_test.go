@@ -1,0 +1,166 @@
+package jobs_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ordo-dev/ordo/engine"
+	"github.com/ordo-dev/ordo/jobs"
+	"github.com/ordo-dev/ordo/jobs/jobstest"
+	"github.com/ordo-dev/ordo/jobs/whatsapp/whatsapptest"
+	"github.com/ordo-dev/ordo/tenants"
+)
+
+// A deploy: `ordo serve` gets SIGTERM, which ends the context its runner
+// was started with, and calls Stop. Sends in flight at that moment must be
+// finished and recorded — under the resend policy an unrecorded one is sent
+// again by the next worker, a duplicate the user sees. (Before the fix River
+// cancelled every drain with the start context: the steps stayed running.)
+func TestDeployStopRecordsInFlightSends(t *testing.T) {
+	t.Parallel()
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true})
+	if _, err := b.Pool.Exec(context.Background(), `UPDATE ordo.tenants SET ambiguous = 'resend'`); err != nil {
+		t.Fatal(err)
+	}
+	b.WhatsApp.SetResponder(func(req whatsapptest.Send, attempt int) whatsapptest.Response {
+		r := whatsapptest.Default(req, attempt)
+		r.Delay = 400 * time.Millisecond // the answer is still on its way at SIGTERM
+		return r
+	})
+	const convs, perConv = 8, 3
+	for c := range convs {
+		for i := range perConv {
+			b.Ingest(fmt.Sprintf("c%d", c), fmt.Sprintf("c%d-m%d", c, i), fmt.Sprintf("c%d-%d", c, i))
+		}
+	}
+	signalCtx, sigterm := context.WithCancel(context.Background())
+	if err := b.Runner.Start(signalCtx); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.WhatsApp.WaitForSends(ctx, convs); err != nil {
+		t.Fatal(err)
+	}
+	sigterm() // what serve does on SIGTERM, then Stop
+	if err := b.Runner.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if n := b.Count(`SELECT count(*) FROM ordo.steps WHERE status IN ('running', 'unknown')`); n != 0 {
+		t.Fatalf("%d steps left in doubt by a graceful stop; every in-flight send must be recorded", n)
+	}
+	if n := b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`); n == 0 {
+		t.Fatal("no message finished before the stop: the test did not catch sends in flight")
+	}
+
+	// The next deploy's worker goes on from the checkpoints.
+	secondRunner(t, b, 10, func() {})
+	b.WaitFor("every message done after the restart", 20*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`) == convs*perConv
+	})
+	for c := range convs {
+		sends := b.WhatsApp.SendsTo(fmt.Sprintf("c%d", c))
+		got := texts(sends)
+		want := []string{}
+		for i := range perConv {
+			want = append(want, fmt.Sprintf("c%d-%d", c, i))
+		}
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("conversation c%d: provider saw %v, want %v (each once, in order)", c, got, want)
+		}
+	}
+	if n := b.Count(`SELECT coalesce(sum(ambiguous_count), 0)::int FROM ordo.steps`); n != 0 {
+		t.Errorf("ambiguous_count total = %d after a graceful deploy, want 0", n)
+	}
+}
+
+// A worker frozen (SIGSTOP, a GC pause, a stalled VM) after recording a
+// send's attempt and before making the request loses its lease; a newer
+// drain resends. When the frozen one wakes it must not send: the fence
+// guards its writes, and the lease bound guards its calls.
+func TestFrozenDrainMakesNoCallAfterLosingLease(t *testing.T) {
+	t.Parallel()
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true, Config: jobs.Config{Lease: 1500 * time.Millisecond, HandlerTimeout: time.Second, SendTimeout: time.Second}})
+	if _, err := b.Pool.Exec(context.Background(), `UPDATE ordo.tenants SET ambiguous = 'resend'`); err != nil {
+		t.Fatal(err)
+	}
+	stalled, wake := make(chan int64), make(chan struct{})
+	var first atomic.Bool
+	jobs.SetBeforeEffect(b.Runner, func(int64) {
+		if first.CompareAndSwap(false, true) {
+			var job int64
+			_ = b.Pool.QueryRow(context.Background(), `SELECT drain_job_id FROM ordo.conversations`).Scan(&job)
+			stalled <- job
+			<-wake
+		}
+	})
+	b.Start()
+	b.Ingest("c1", "m1", "one")
+	job := <-stalled
+	// The lease runs out, the reconciler re-schedules the conversation and a
+	// new drain resends m1 (its outcome is unknown to it).
+	b.WaitFor("takeover to finish m1", 20*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`) == 1
+	})
+	close(wake)
+	b.WaitFor("the frozen drain to return", 10*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.river_job WHERE id = $1 AND state = 'running'`, job) == 0
+	})
+	if got := texts(b.WhatsApp.Sends()); len(got) != 1 {
+		t.Fatalf("provider saw %v; want one send of m1 (the frozen drain must not call after losing its lease)", got)
+	}
+}
+
+// Errors that repeat on every try — a credential sealed with a master key
+// the process lacks, a handler secret that is gone — pause the tenant with
+// a reason the operator sees, instead of failing the drain job until River
+// discards it and the reconciler schedules it again, for ever.
+func TestUnreadableCredentialsPauseTheTenant(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, breakIt, direction, reason string
+	}{
+		{"whatsapp credential under an unknown master key", `UPDATE ordo.credentials SET key_id = 'gone' WHERE name = 'whatsapp'`, "outbound", "cannot be decrypted"},
+		{"handler secret deleted", `DELETE FROM ordo.credentials WHERE name = '` + tenants.HandlerCredential + `'`, "inbound", "handler secret"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int32
+			h := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				calls.Add(1)
+				_, _ = w.Write([]byte(`{"replies":[]}`))
+			}))
+			t.Cleanup(h.Close)
+			b := jobstest.Setup(t, jobstest.Options{HandlerURL: h.URL})
+			if _, err := b.Pool.Exec(context.Background(), tc.breakIt); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Engine.Ingest(context.Background(), engine.NewMessage{
+				Tenant: b.Tenant.Slug, ConversationID: "c1", MessageID: "m1", Direction: tc.direction, Payload: jobstest.Outbound("c1", "hi"),
+			}); err != nil {
+				t.Fatal(err)
+			}
+			b.WaitFor("the tenant to be paused", 10*time.Second, func() bool {
+				return b.Count(`SELECT count(*) FROM ordo.tenants WHERE sending_paused_reason LIKE '%' || $1 || '%'`, tc.reason) == 1
+			})
+			if n := b.Count(`SELECT count(*) FROM ordo.dead_letters`); n != 0 {
+				t.Errorf("%d dead letters; a configuration error pauses, it does not dead-letter", n)
+			}
+			if n := b.Count(`SELECT count(*) FROM ordo.river_job WHERE kind = 'ordo_drain' AND errors IS NOT NULL AND array_length(errors, 1) > 0`); n != 0 {
+				t.Errorf("%d drain jobs recorded errors; a paused tenant's drain waits, it does not fail", n)
+			}
+			if n := b.Count(`SELECT coalesce(sum(attempts), 0)::int FROM ordo.steps`); n != 0 {
+				t.Errorf("steps used %d attempts while the tenant could not work; want them given back", n)
+			}
+			if calls.Load() != 0 || len(b.WhatsApp.Sends()) != 0 {
+				t.Errorf("external calls made: handler %d, sends %d; want none", calls.Load(), len(b.WhatsApp.Sends()))
+			}
+		})
+	}
+}
