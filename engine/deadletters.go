@@ -119,10 +119,13 @@ WITH s AS (
 UPDATE ordo.conversations SET halted_at = NULL, fence = fence + 1 WHERE id = $2`
 
 // Replay of a message the conversation has already passed (skip policy): it
-// goes to the conversation's tail with a new seq, so order is kept.
+// goes to the conversation's tail with a new seq, so order is kept. That is
+// what ingest does, under the same row lock: a drain running meanwhile goes
+// on and finds the message at the tail, so the fence is left alone (bumping
+// it would reject a busy drain's record of a send it made).
 const replayAtTail = `
 WITH c AS (
-    UPDATE ordo.conversations SET last_seq = last_seq + 1, fence = fence + 1 WHERE id = $2 RETURNING last_seq
+    UPDATE ordo.conversations SET last_seq = last_seq + 1 WHERE id = $2 RETURNING last_seq
 ), s AS (
     UPDATE ordo.steps SET status = 'pending', attempts = 0, finished_at = NULL
     WHERE message_pk = $1 AND status = 'failed'

@@ -164,3 +164,55 @@ func TestUnreadableCredentialsPauseTheTenant(t *testing.T) {
 		})
 	}
 }
+
+// An operator replays a dead letter its conversation already passed (skip
+// policy) while the conversation's drain has a send in flight. The replay
+// appends the message to the conversation's tail, as ingest does; it has no
+// reason to take the conversation over. (Before the fix it bumped the fence:
+// the busy drain's finish was rejected, and the send — delivered — was
+// treated as ambiguous and sent again: the user got "two" twice.)
+func TestReplayOfPassedDeadLetterLeavesBusyDrainAlone(t *testing.T) {
+	t.Parallel()
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true})
+	if _, err := b.Pool.Exec(context.Background(), `UPDATE ordo.tenants SET on_dead_letter = 'skip', ambiguous = 'resend'`); err != nil {
+		t.Fatal(err)
+	}
+	var badFails atomic.Bool
+	badFails.Store(true)
+	b.WhatsApp.SetResponder(func(req whatsapptest.Send, attempt int) whatsapptest.Response {
+		if req.Text == "bad" && badFails.Load() {
+			return whatsapptest.Response{Status: http.StatusBadRequest, ErrorCode: 131026}
+		}
+		return whatsapptest.Default(req, attempt)
+	})
+	inFlight, release := make(chan struct{}), make(chan struct{})
+	var effects atomic.Int32
+	jobs.SetHooks(b.Runner, nil, func(int64) {
+		if effects.Add(1) == 2 { // "two" reached the provider; its answer is not recorded yet
+			close(inFlight)
+			<-release
+		}
+	})
+	b.Start()
+	b.Ingest("c1", "m1", "bad")
+	b.Ingest("c1", "m2", "two")
+	<-inFlight
+	var dl string
+	if err := b.Pool.QueryRow(context.Background(), `SELECT id::text FROM ordo.dead_letters`).Scan(&dl); err != nil {
+		t.Fatalf("m1's dead letter: %v", err)
+	}
+	badFails.Store(false)
+	if _, err := b.Engine.Replay(context.Background(), b.Tenant.ID, dl); err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	close(release)
+	b.WaitFor("both messages done", 10*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`) == 2
+	})
+	if got := texts(b.WhatsApp.SendsTo("c1")); strings.Join(got, ",") != "two,bad" {
+		t.Fatalf("provider saw %v; want [two bad] (two once, then the replayed message at the tail)", got)
+	}
+	if n := b.Count(`SELECT coalesce(sum(ambiguous_count), 0)::int FROM ordo.steps`); n != 0 {
+		t.Errorf("ambiguous_count = %d; the replay made a delivered send look ambiguous", n)
+	}
+}
