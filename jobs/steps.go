@@ -385,6 +385,11 @@ func (r *run) settleAmbiguous(ctx context.Context, m message, st *step, last boo
 		st.status = "unknown"
 		r.log.WarnContext(ctx, "send outcome unknown", slog.Int64("step_id", st.id), slog.Int64("seq", m.seq))
 	}
+	if st.providerStatus != nil && *st.providerStatus == "failed" {
+		// Meta took an attempt and reported it undelivered: the user did
+		// not get it, so it is settled like that error answered at once.
+		return r.settleFailed(ctx, m, st)
+	}
 	if st.providerStatus != nil || st.providerID != nil {
 		out, err := r.finish(ctx, m, st, st.providerID, last, nil)
 		if err != nil {
@@ -407,6 +412,48 @@ func (r *run) settleAmbiguous(ctx context.Context, m message, st *step, last boo
 	}
 	r.log.InfoContext(ctx, "resending a send whose outcome is unknown", slog.Int64("step_id", st.id),
 		slog.Int64("seq", m.seq), slog.String("policy", r.tenant.Ambiguous))
+	return outcome{}, false, nil
+}
+
+// failedStatusQuery reads what the failed status recorded on the step
+// (the webhook appends it to the error history with its class).
+const failedStatusQuery = `SELECT coalesce(errors->-1->>'error', 'delivery failed'), coalesce(errors->-1->>'class', '') FROM ordo.steps WHERE id = $1`
+
+// forgetDelivery clears an undelivered attempt's provider status before the
+// step is sent again, so the new attempt's statuses are its own.
+const forgetDelivery = `
+UPDATE ordo.steps SET provider_status = NULL, provider_status_rank = 0, provider_message_id = NULL
+WHERE id = $1 AND provider_status = 'failed'`
+
+// settleFailed settles a send in doubt whose attempt Meta reported failed:
+// a permanent reason dead-letters the message, a paused account pauses the
+// tenant, anything else sends it again (it was not delivered). settled is
+// false when the caller should resend.
+func (r *run) settleFailed(ctx context.Context, m message, st *step) (out outcome, settled bool, err error) {
+	var msg, class string
+	r.s.touch()
+	if err := r.s.conn.QueryRow(ctx, failedStatusQuery, st.id).Scan(&msg, &class); err != nil {
+		return outcome{}, true, r.s.fail(fmt.Errorf("read failed status: %w", err))
+	}
+	switch class {
+	case whatsapp.Permanent.String():
+		out, err := r.deadLetter(ctx, m, st, msg, nil)
+		return out, true, err
+	case whatsapp.Paused.String():
+		out, err := r.pauseSending(ctx, nil, msg, nil)
+		return out, true, err
+	}
+	if st.attempts >= r.tenant.MaxAttempts {
+		out, err := r.deadLetter(ctx, m, st, "attempts exhausted ("+strconv.Itoa(st.attempts)+"): "+msg, nil)
+		return out, true, err
+	}
+	b := &pgx.Batch{}
+	b.Queue(forgetDelivery, st.id)
+	if err := r.s.write(ctx, b); err != nil {
+		return outcome{}, true, err
+	}
+	st.providerStatus, st.providerID = nil, nil
+	r.log.InfoContext(ctx, "resending a send Meta reported undelivered", slog.Int64("step_id", st.id), slog.Int64("seq", m.seq), slog.String("reason", msg))
 	return outcome{}, false, nil
 }
 
