@@ -190,10 +190,13 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 	if st.kind == "handle" && r.tenant.SendingPausedAt != nil {
 		// A paused tenant makes no external call at all: its handler's
 		// replies could not be sent anyway.
-		if st.started {
-			return r.pauseSending(ctx, st, r.tenant.SendingPausedReason, errorEntry(st.attempts, "tenant paused: "+r.tenant.SendingPausedReason, ""))
+		var entry []byte
+		if !st.started {
+			st = nil // nothing to give back
+		} else {
+			entry = errorEntry(st.attempts, "tenant paused: "+r.tenant.SendingPausedReason, "")
 		}
-		return outcome{kind: outcomeWait, delay: r.d.cfg.PausedRecheck}, nil
+		return r.pauseSending(ctx, st, r.tenant.SendingPausedReason, entry)
 	}
 	if !st.started {
 		if out, ok, err := r.ready(ctx, m, st, last); err != nil || !ok {
@@ -500,13 +503,13 @@ func (r *run) failed(ctx context.Context, m message, st *step, f *failure) (outc
 	if f.action == actAmbiguous {
 		status = "unknown"
 	}
+	if f.action == actThrottle && r.cred != nil {
+		b.Queue(slowNumber, r.cred.PhoneNumberID, delay) // send_pacing before the step (sql/LOCKING.md)
+	}
 	var pairErrors int
 	b.Queue(recordFailure, st.id, status, entry, f.action == actPairRate).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&pairErrors)
 	})
-	if f.action == actThrottle && r.cred != nil {
-		b.Queue(slowNumber, r.cred.PhoneNumberID, delay)
-	}
 	if err := r.s.write(ctx, b); err != nil {
 		return outcome{}, err
 	}
@@ -554,6 +557,10 @@ const unstartStep = `
 UPDATE ordo.steps SET status = 'pending', attempts = greatest(attempts - 1, 0), errors = errors || $2::jsonb
 WHERE id = $1`
 
+// markPausedWait marks the conversation as waiting for its tenant's resume
+// (ordo.resume_sending wakes those) and gives up any send slot it holds.
+const markPausedWait = `UPDATE ordo.conversations SET paused_wait = true, send_slot_at = NULL WHERE id = $1 AND fence = $2`
+
 // pauseTenant pauses the tenant's sending once; the count says whether this
 // call did (so one drain logs it, not every drain of the tenant).
 const pauseTenant = `
@@ -569,12 +576,19 @@ SELECT count(*) FROM p`
 // conversations wait (ordo.reserve_send answers "paused") until an operator
 // resumes sending, which wakes them.
 func (r *run) pauseSending(ctx context.Context, st *step, reason string, entry []byte) (outcome, error) {
+	// The tenant row in a transaction of its own, before the conversation's
+	// (sql/LOCKING.md: the tenant comes first, and a resume holds it while
+	// it wakes the tenant's conversations).
+	var paused int
+	r.s.touch()
+	if err := r.s.conn.QueryRow(ctx, pauseTenant, r.tenant.ID, reason).Scan(&paused); err != nil {
+		return outcome{}, r.s.fail(fmt.Errorf("pause tenant: %w", err))
+	}
 	b := &pgx.Batch{}
 	if st != nil {
 		b.Queue(unstartStep, st.id, entry)
 	}
-	var paused int
-	b.Queue(pauseTenant, r.tenant.ID, reason).QueryRow(func(row pgx.Row) error { return row.Scan(&paused) })
+	b.Queue(markPausedWait, r.s.conv, r.s.fence)
 	if err := r.s.write(ctx, b); err != nil {
 		return outcome{}, err
 	}
