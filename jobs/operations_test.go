@@ -216,3 +216,90 @@ func TestReplayOfPassedDeadLetterLeavesBusyDrainAlone(t *testing.T) {
 		t.Errorf("ambiguous_count = %d; the replay made a delivered send look ambiguous", n)
 	}
 }
+
+// Resuming a paused tenant wakes the drains that waited for the pause — and
+// only those: a drain backing off for Meta's pair-rate advice keeps its
+// time. (Before: resume made every snoozed drain of the tenant due at once.)
+func TestResumeWakesOnlyDrainsWaitingForIt(t *testing.T) {
+	t.Parallel()
+	b := jobstest.Setup(t, jobstest.Options{Config: jobs.Config{PairRateUnit: 3 * time.Second}})
+	b.WhatsApp.SetResponder(func(req whatsapptest.Send, attempt int) whatsapptest.Response {
+		if req.To == "r" && attempt == 1 {
+			return whatsapptest.Response{Status: http.StatusBadRequest, ErrorCode: 131056}
+		}
+		return whatsapptest.Default(req, attempt)
+	})
+	start := time.Now()
+	b.Ingest("r", "r1", "backing off")
+	b.WaitFor("r to back off", 5*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.steps WHERE pair_rate_errors = 1`) == 1
+	})
+	if _, err := b.Pool.Exec(context.Background(), `UPDATE ordo.tenants SET sending_paused_at = now(), sending_paused_reason = 'test'`); err != nil {
+		t.Fatal(err)
+	}
+	b.Ingest("p", "p1", "paused")
+	b.WaitFor("p to wait for the resume", 5*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.conversations WHERE conversation_id = 'p' AND paused_wait`) == 1
+	})
+	if _, err := b.Pool.Exec(context.Background(), `SELECT ordo.resume_sending($1)`, b.Tenant.ID); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	b.WaitFor("p to be sent after the resume", 2*time.Second, func() bool { return len(b.WhatsApp.SendsTo("p")) == 1 })
+	if d := time.Since(resumed); d > 1500*time.Millisecond {
+		t.Errorf("p sent %s after the resume; want at once", d)
+	}
+	b.WaitFor("r's retry", 10*time.Second, func() bool { return len(b.WhatsApp.SendsTo("r")) == 1 })
+	if d := b.WhatsApp.SendsTo("r")[0].At.Sub(start); d < 2900*time.Millisecond {
+		t.Fatalf("r retried %s after its first attempt; Meta asked for 3s (the resume must not wake it)", d)
+	}
+}
+
+// Send slots reserved before a pause are given up: on resume the tenant's
+// conversations take fresh slots at its send_rate instead of all sending at
+// once (a burst above the number's limit, which Meta answers with 130429).
+func TestResumeSendsAtTheTenantsRate(t *testing.T) {
+	t.Parallel()
+	b := jobstest.Setup(t, jobstest.Options{})
+	const rate, convs = 4, 12
+	if _, err := b.Pool.Exec(context.Background(), `UPDATE ordo.tenants SET send_rate = $1`, rate); err != nil {
+		t.Fatal(err)
+	}
+	for i := range convs {
+		b.Ingest(fmt.Sprintf("c%d", i), fmt.Sprintf("m%d", i), "hello")
+	}
+	b.WaitFor("the first sends", 5*time.Second, func() bool { return len(b.WhatsApp.Sends()) >= 2 })
+	if _, err := b.Pool.Exec(context.Background(), `UPDATE ordo.tenants SET sending_paused_at = now(), sending_paused_reason = 'test'`); err != nil {
+		t.Fatal(err)
+	}
+	sentBefore := 0
+	b.WaitFor("every unsent conversation to wait for the resume", 10*time.Second, func() bool {
+		sentBefore = len(b.WhatsApp.Sends())
+		return b.Count(`SELECT count(*) FROM ordo.conversations WHERE paused_wait`) == convs-sentBefore
+	})
+	if _, err := b.Pool.Exec(context.Background(), `SELECT ordo.resume_sending($1)`, b.Tenant.ID); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for len(b.WhatsApp.Sends()) != convs && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := len(b.WhatsApp.Sends()); n != convs {
+		rows, _ := b.Pool.Query(context.Background(), `SELECT c.conversation_id, c.paused_wait, c.send_slot_at - now(), j.state, j.scheduled_at - now() FROM ordo.conversations c LEFT JOIN ordo.river_job j ON j.id = c.drain_job_id`)
+		for rows.Next() {
+			v, _ := rows.Values()
+			t.Log(v...)
+		}
+		t.Fatalf("%d of %d sent (%d before the pause)", n, convs, sentBefore)
+	}
+	after := b.WhatsApp.Sends()[sentBefore:]
+	for i := range after {
+		n := 0
+		for j := i; j < len(after) && after[j].At.Sub(after[i].At) < time.Second; j++ {
+			n++
+		}
+		if n > rate+1 {
+			t.Fatalf("%d sends within one second after the resume; the tenant's rate is %d/s", n, rate)
+		}
+	}
+}
