@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -38,7 +39,25 @@ const (
 	defaultMaxBatch = 64
 	// batchTimeout bounds one batch, whose context is no single caller's.
 	batchTimeout = 30 * time.Second
+	// batchLockTimeout bounds how long a batch waits for any row lock (a
+	// conversation held by an application's long transaction, say). A batch
+	// that would wait longer fails at once and its messages run on their
+	// own (with LockTimeout each), so one locked conversation holds up
+	// neither the batch slots nor the other tenants' messages.
+	batchLockTimeout = "100ms"
+	// fallbackParallel bounds the messages of failed batches run on their
+	// own at once (each takes a pool connection for up to LockTimeout).
+	fallbackParallel = 8
 )
+
+// LockTimeout bounds how long one message's ingest waits for a lock its
+// conversation's row is held with; past it the message is refused with
+// 503 and Retry-After (nothing stored), never a hang for everyone else.
+const LockTimeout = 2 * time.Second
+
+// lockTimeoutQuery sets the lock wait bound for the rest of the (implicit)
+// transaction it runs in.
+const lockTimeoutQuery = `SELECT set_config('lock_timeout', $1, true)`
 
 // ingestCall is one Ingest waiting for its batch.
 type ingestCall struct {
@@ -56,6 +75,7 @@ type ingestResult struct {
 type batcher struct {
 	maxInFlight int
 	maxBatch    int
+	lockTimeout string // batchLockTimeout; tests that hold a batch on purpose lengthen it
 
 	mu      sync.Mutex
 	pending []*ingestCall
@@ -68,7 +88,7 @@ type batcher struct {
 }
 
 func newBatcher() *batcher {
-	return &batcher{maxInFlight: defaultMaxInFlight, maxBatch: defaultMaxBatch}
+	return &batcher{maxInFlight: defaultMaxInFlight, maxBatch: defaultMaxBatch, lockTimeout: batchLockTimeout}
 }
 
 // add queues c and, when a slot is free, takes a batch for the caller to run.
@@ -182,7 +202,7 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 		}
 		return
 	}
-	if len(live) == 1 {
+	if len(live) == 1 && !isLockTimeout(err) {
 		// A batch of one is the single path: its error is the message's own.
 		live[0].done <- ingestResult{err: translate(err, "enqueue message")}
 		return
@@ -200,10 +220,56 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 		level = slog.LevelDebug // a client's bad input, not a fault
 	}
 	e.logger.Log(ctx, level, "ingest batch failed; running its messages one by one", attrs...)
-	for _, c := range live {
-		a, err := e.IngestTx(c.ctx, e.pool, c.msg)
-		c.done <- ingestResult{accepted: a, err: err}
+	// Off the batch slot: a message waiting for its conversation's lock
+	// must not keep the next batches from running.
+	go e.ingestEach(live)
+}
+
+// isLockTimeout reports whether err is a lock wait cut off by lock_timeout.
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable
+}
+
+// ingestEach runs each call in its own transaction, a conversation's calls
+// in order, conversations side by side (at most fallbackParallel at once),
+// and answers each call.
+func (e *Engine) ingestEach(calls []*ingestCall) {
+	var wg sync.WaitGroup
+	for i := 0; i < len(calls); {
+		j := i + 1
+		for j < len(calls) && calls[j].msg.Tenant == calls[i].msg.Tenant && calls[j].msg.ConversationID == calls[i].msg.ConversationID {
+			j++
+		}
+		wg.Add(1)
+		go func(group []*ingestCall) {
+			defer wg.Done()
+			e.fallbackSem <- struct{}{}
+			defer func() { <-e.fallbackSem }()
+			for _, c := range group {
+				a, err := e.ingestOne(c.ctx, c.msg)
+				c.done <- ingestResult{accepted: a, err: err}
+			}
+		}(calls[i:j])
+		i = j
 	}
+	wg.Wait()
+}
+
+// ingestOne accepts m in a transaction of its own whose lock waits are
+// bounded by LockTimeout.
+func (e *Engine) ingestOne(ctx context.Context, m NewMessage) (a Accepted, err error) {
+	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, lockTimeoutQuery, strconv.FormatInt(LockTimeout.Milliseconds(), 10)+"ms"); err != nil {
+			return err
+		}
+		a, err = e.IngestTx(ctx, tx, m)
+		return err
+	})
+	if err != nil {
+		return Accepted{}, translate(err, "enqueue message")
+	}
+	return a, nil
 }
 
 // enqueueBatch runs enqueue_message for every call in one pipelined implicit
@@ -211,6 +277,7 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 // nothing of the batch was stored.
 func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]ingestResult, error) {
 	batch := &pgx.Batch{}
+	batch.Queue(lockTimeoutQuery, e.ingest.lockTimeout)
 	for _, c := range calls {
 		var dir *string
 		if c.msg.Direction != "" {
@@ -219,6 +286,10 @@ func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]inges
 		batch.Queue(enqueueQuery, c.msg.Tenant, c.msg.ConversationID, c.msg.MessageID, dir, c.msg.Payload)
 	}
 	br := e.pool.SendBatch(ctx, batch)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
 	out := make([]ingestResult, len(calls))
 	ids := make([]int64, len(calls))
 	var dups []int

@@ -48,6 +48,8 @@ func setupBatch(t *testing.T, maxInFlight int) *batchEnv {
 	e := &batchEnv{t: t, pool: pool, eng: New(pool, nil)}
 	if maxInFlight > 0 {
 		e.eng.ingest.maxInFlight = maxInFlight // before any call: no race
+		// forceOneBatch holds a batch on a locked conversation on purpose.
+		e.eng.ingest.lockTimeout = "60s"
 	}
 	// The conversation forceOneBatch locks must exist.
 	e.mustIngest(msg(holdConv, "hold-0"))
@@ -482,5 +484,67 @@ func TestIngestCallerLeavingBeforeSendStoresNothing(t *testing.T) {
 	e.mustIngest(msg("c", "after"))
 	if n := e.count(`SELECT count(*) FROM ordo.messages WHERE message_id = 'left'`); n != 0 {
 		t.Fatal("a message whose caller left before its batch was sent was stored")
+	}
+}
+
+// An application's long transaction holds one conversation of tenant acme.
+// Every other tenant's messages (and acme's other conversations) are still
+// accepted within a client's deadline, and the blocked conversation's own
+// messages get a clear 503-class answer after LockTimeout, not a hang.
+// (Before: the batches waited on the lock with no bound, the four batch
+// slots filled, and every tenant's ingest timed out.)
+func TestLockedConversationDelaysNoOtherIngest(t *testing.T) {
+	t.Parallel()
+	e := setupBatch(t, 0)
+	ctx := context.Background()
+	key, _ := tenants.GenerateMasterKey()
+	vault, err := tenants.NewVault(e.pool, []tenants.MasterKey{key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tenants.NewStore(e.pool, vault).Create(ctx, tenants.CreateParams{Slug: "quiet"}); err != nil {
+		t.Fatal(err)
+	}
+	release := e.holdConversation()
+	defer release()
+
+	const blocked, others = 12, 40
+	var wg sync.WaitGroup
+	blockedErrs := make([]error, blocked)
+	for i := range blocked {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, blockedErrs[i] = e.eng.Ingest(ctx, msg(holdConv, fmt.Sprintf("blocked-%d", i)))
+		}()
+	}
+	e.waitLockWaiters(1)
+	otherErrs := make([]error, others)
+	for i := range others {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := msg(fmt.Sprintf("other-%d", i%7), fmt.Sprintf("other-%d", i))
+			if i%2 == 0 {
+				m.Tenant = "quiet"
+			}
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second) // the client's deadline
+			defer cancel()
+			_, otherErrs[i] = e.eng.Ingest(cctx, m)
+		}()
+	}
+	wg.Wait()
+	for i, err := range otherErrs {
+		if err != nil {
+			t.Fatalf("message other-%d of an unlocked conversation: %v; want accepted within the client's deadline", i, err)
+		}
+	}
+	for i, err := range blockedErrs {
+		if ErrorCode(err) != CodeUnavailable {
+			t.Fatalf("message blocked-%d on the locked conversation: %v; want %s", i, err, CodeUnavailable)
+		}
+	}
+	if n := e.count(`SELECT count(*) FROM ordo.messages WHERE message_id LIKE 'blocked-%'`); n != 0 {
+		t.Fatalf("%d refused messages stored", n)
 	}
 }

@@ -95,16 +95,22 @@ func (e *Engine) DeadLetter(ctx context.Context, tenantID int64, id string) (Dea
 	return d, nil
 }
 
-// The resolution runs in one transaction that locks the dead letter, then the
-// conversation FOR UPDATE and bumps its fence, so no drain — current or stale
-// — writes to the conversation while its head moves.
+// The resolution runs in one transaction that locks the conversation FOR
+// UPDATE (so no drain — current or stale — writes to it while its head
+// moves), then the dead letter: the lock order of sql/LOCKING.md.
+const deadLetterConversation = `
+SELECT m.conversation_pk FROM ordo.dead_letters d JOIN ordo.messages m ON m.id = d.message_pk
+WHERE d.id = $1 AND ($2 = 0 OR d.tenant_id = $2)`
+
+const lockConversation = `SELECT 1 FROM ordo.conversations WHERE id = $1 FOR UPDATE`
+
 const lockDeadLetter = `
 SELECT d.message_pk, m.conversation_pk, m.seq, c.head_seq, c.halted_at IS NOT NULL
 FROM ordo.dead_letters d
 JOIN ordo.messages m ON m.id = d.message_pk
 JOIN ordo.conversations c ON c.id = m.conversation_pk
 WHERE d.id = $1 AND ($2 = 0 OR d.tenant_id = $2) AND d.resolved_at IS NULL
-FOR UPDATE OF d, c`
+FOR UPDATE OF d`
 
 const resolveDeadLetter = `UPDATE ordo.dead_letters SET resolved_at = now(), resolution = $2 WHERE id = $1`
 
@@ -119,10 +125,13 @@ WITH s AS (
 UPDATE ordo.conversations SET halted_at = NULL, fence = fence + 1 WHERE id = $2`
 
 // Replay of a message the conversation has already passed (skip policy): it
-// goes to the conversation's tail with a new seq, so order is kept.
+// goes to the conversation's tail with a new seq, so order is kept. That is
+// what ingest does, under the same row lock: a drain running meanwhile goes
+// on and finds the message at the tail, so the fence is left alone (bumping
+// it would reject a busy drain's record of a send it made).
 const replayAtTail = `
 WITH c AS (
-    UPDATE ordo.conversations SET last_seq = last_seq + 1, fence = fence + 1 WHERE id = $2 RETURNING last_seq
+    UPDATE ordo.conversations SET last_seq = last_seq + 1 WHERE id = $2 RETURNING last_seq
 ), s AS (
     UPDATE ordo.steps SET status = 'pending', attempts = 0, finished_at = NULL
     WHERE message_pk = $1 AND status = 'failed'
@@ -159,7 +168,13 @@ func (e *Engine) resolve(ctx context.Context, tenantID int64, id, resolution str
 			messagePK, convPK, seq, head int64
 			halted                       bool
 		)
-		err := tx.QueryRow(ctx, lockDeadLetter, n, tenantID).Scan(&messagePK, &convPK, &seq, &head, &halted)
+		err := tx.QueryRow(ctx, deadLetterConversation, n, tenantID).Scan(&convPK)
+		if err == nil {
+			_, err = tx.Exec(ctx, lockConversation, convPK)
+		}
+		if err == nil {
+			err = tx.QueryRow(ctx, lockDeadLetter, n, tenantID).Scan(&messagePK, &convPK, &seq, &head, &halted)
+		}
 		if err != nil {
 			if err == pgx.ErrNoRows {
 				// Either not this tenant's, unknown, or already resolved.

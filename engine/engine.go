@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"strconv"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -22,6 +23,8 @@ type Engine struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
 	ingest *batcher // groups concurrent Ingest calls (batch.go)
+	// fallbackSem bounds failed batches' messages run on their own at once.
+	fallbackSem chan struct{}
 }
 
 // New returns an Engine on pool.
@@ -29,7 +32,7 @@ func New(pool *pgxpool.Pool, logger *slog.Logger) *Engine {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Engine{pool: pool, logger: logger, ingest: newBatcher()}
+	return &Engine{pool: pool, logger: logger, ingest: newBatcher(), fallbackSem: make(chan struct{}, fallbackParallel)}
 }
 
 // Querier is what ingest runs on: the pool, or a caller's transaction.
@@ -107,6 +110,8 @@ func translate(err error, doing string) error {
 	case errors.As(err, &pgErr) && (pgErr.Code == "22021" || pgErr.Code == "22P05"):
 		// Postgres text and jsonb cannot hold U+0000: bad input, not a fault.
 		return &Error{Code: CodeInvalid, Message: "text must not contain NUL (\\u0000) characters", Err: err}
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable:
+		return &Error{Code: CodeUnavailable, Message: "the conversation is locked by another transaction; retry later", Err: err}
 	case errors.As(err, &pgErr) && pgErr.Code == "P0002":
 		return &Error{Code: CodeNotFound, Message: pgErr.Message, Err: err}
 	case errors.Is(err, pgx.ErrNoRows):

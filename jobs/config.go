@@ -5,100 +5,132 @@
 package jobs
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
 )
 
+// Defaults of Config's fields (a zero field takes its default).
+const (
+	WorkersDefault           = 50
+	HandlerTimeoutDefault    = 10 * time.Second
+	SendTimeoutDefault       = 10 * time.Second
+	LeaseDefault             = 30 * time.Second
+	MaxMessagesPerRunDefault = 100
+	MaxRunTimeDefault        = 5 * time.Second
+	RetryBaseDefault         = time.Second
+	RetryMaxDefault          = 5 * time.Minute
+	LockBusyDelayDefault     = time.Second
+	ReconcileIntervalDefault = 2 * time.Second
+	StrandedAfterDefault     = 10 * time.Second
+	OrphanIntervalDefault    = 30 * time.Second
+	FetchPollIntervalDefault = 200 * time.Millisecond
+	ReconcileWaitDefault     = 30 * time.Second
+	PaceMaxSleepDefault      = time.Second
+	PausedRecheckDefault     = 30 * time.Second
+	PairRateUnitDefault      = time.Second
+	// StopGraceExtra is what StopTimeout adds to the longer of HandlerTimeout
+	// and SendTimeout by default: room to record the step after its call.
+	StopGraceExtra        = 5 * time.Second
+	WhatsAppAPIURLDefault = "https://graph.facebook.com/v23.0"
+)
+
 // Config tunes the workers. Zero values take the defaults named per field.
 type Config struct {
-	// Workers is how many conversations one process drains at once. Default 50.
+	// Workers is how many conversations one process drains at once.
+	// Default WorkersDefault.
 	Workers int
-	// HandlerTimeout bounds one call to a tenant's handler. Default 10s.
+	// HandlerTimeout bounds one call to a tenant's handler. Default
+	// HandlerTimeoutDefault.
 	HandlerTimeout time.Duration
-	// SendTimeout bounds one request to the WhatsApp Cloud API. Default 10s.
+	// SendTimeout bounds one request to the WhatsApp Cloud API. Default
+	// SendTimeoutDefault.
 	SendTimeout time.Duration
 	// Lease is how long a drain's database session may stay silent before
 	// Postgres ends it, releasing the conversation to another worker; a
 	// stalled worker therefore loses its conversation after Lease. It must
-	// exceed HandlerTimeout and SendTimeout. Default 30s.
+	// exceed HandlerTimeout and SendTimeout. No external call of a drain
+	// outlives the lease it holds (its deadline is cut to what is left).
+	// Default LeaseDefault.
 	Lease time.Duration
+	// StopTimeout bounds a graceful stop (a deploy's SIGTERM): drains finish
+	// the step in flight, record it and release their conversations; what is
+	// still running after StopTimeout is cancelled. Default the longer of
+	// HandlerTimeout and SendTimeout plus StopGraceExtra.
+	StopTimeout time.Duration
 	// MaxMessagesPerRun and MaxRunTime bound one drain run, after which a busy
-	// conversation yields its worker and requeues itself. Defaults 100, 5s.
+	// conversation yields its worker and requeues itself. Defaults
+	// MaxMessagesPerRunDefault, MaxRunTimeDefault.
 	MaxMessagesPerRun int
 	MaxRunTime        time.Duration
 	// RetryBase and RetryMax shape a failing step's exponential backoff
-	// (with jitter; a provider's Retry-After wins). Defaults 1s, 5m.
+	// (with jitter; a provider's Retry-After wins). Defaults RetryBaseDefault,
+	// RetryMaxDefault.
 	RetryBase time.Duration
 	RetryMax  time.Duration
 	// LockBusyDelay is how long a drain that finds its conversation locked by
-	// another waits before trying again. Default 1s.
+	// another waits before trying again. Default LockBusyDelayDefault.
 	LockBusyDelay time.Duration
 	// ReconcileInterval is how often stranded conversations (their drain job
-	// lost with a crashed worker) are looked for. Default 2s.
+	// lost with a crashed worker) are looked for. Default
+	// ReconcileIntervalDefault.
 	ReconcileInterval time.Duration
 	// StrandedAfter is how long a running drain job may go without holding
-	// its conversation's lock before it is presumed dead. Default 10s.
+	// its conversation's lock before it is presumed dead. Default
+	// StrandedAfterDefault.
 	StrandedAfter time.Duration
 	// OrphanInterval is how often conversations with work but no drain at
 	// all (only a bug or an operator's hand makes one) are looked for; the
-	// look scans the conversations table. Default 30s.
+	// look scans the conversations table. Default OrphanIntervalDefault.
 	OrphanInterval time.Duration
 	// FetchPollInterval is River's fallback poll; inserts are picked up at
-	// once through LISTEN/NOTIFY. Default 200ms.
+	// once through LISTEN/NOTIFY. Default FetchPollIntervalDefault.
 	FetchPollInterval time.Duration
 	// ReconcileWait is how long a send whose outcome is unknown waits for a
 	// status webhook before it is sent again (tenant policy reconcile).
-	// Default 30s.
+	// Default ReconcileWaitDefault.
 	ReconcileWait time.Duration
 	// PaceMaxSleep is how long a drain sleeps, holding its conversation, for
 	// a send slot (its phone number's pacing, its user's pair gap); a slot
 	// further out stays reserved and the drain snoozes until it. It must be
-	// below Lease. Default 1s.
+	// below Lease. Default PaceMaxSleepDefault.
 	PaceMaxSleep time.Duration
 	// PausedRecheck is how long the drain of a tenant whose sending is paused
 	// snoozes before looking again; resuming wakes the drains at once, so
-	// this only bounds a resume done behind ordo's back. Default 30s.
+	// this only bounds a resume done behind ordo's back. Default
+	// PausedRecheckDefault.
 	PausedRecheck time.Duration
 	// PairRateUnit is the second of Meta's advice for pair-rate errors
 	// (131056): retry after 4^X units, X counting the step's consecutive
-	// pair-rate errors from 0. Default 1s.
+	// pair-rate errors from 0. Default PairRateUnitDefault.
 	PairRateUnit time.Duration
-	// WhatsAppAPIURL is the Cloud API's base URL. Default https://graph.facebook.com/v23.0.
+	// WhatsAppAPIURL is the Cloud API's base URL. Default
+	// WhatsAppAPIURLDefault.
 	WhatsAppAPIURL string
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	if c.Workers == 0 {
-		c.Workers = 50
-	}
-	if c.MaxMessagesPerRun == 0 {
-		c.MaxMessagesPerRun = 100
-	}
-	def(&c.HandlerTimeout, 10*time.Second)
-	def(&c.SendTimeout, 10*time.Second)
-	def(&c.Lease, 30*time.Second)
-	def(&c.MaxRunTime, 5*time.Second)
-	def(&c.RetryBase, time.Second)
-	def(&c.RetryMax, 5*time.Minute)
-	def(&c.LockBusyDelay, time.Second)
-	def(&c.ReconcileInterval, 2*time.Second)
-	def(&c.StrandedAfter, 10*time.Second)
-	def(&c.OrphanInterval, 30*time.Second)
-	def(&c.FetchPollInterval, 200*time.Millisecond)
-	def(&c.ReconcileWait, 30*time.Second)
-	def(&c.PaceMaxSleep, time.Second)
-	def(&c.PausedRecheck, 30*time.Second)
-	def(&c.PairRateUnit, time.Second)
-	if c.WhatsAppAPIURL == "" {
-		c.WhatsAppAPIURL = "https://graph.facebook.com/v23.0"
-	}
+	c.Workers = cmp.Or(c.Workers, WorkersDefault)
+	c.MaxMessagesPerRun = cmp.Or(c.MaxMessagesPerRun, MaxMessagesPerRunDefault)
+	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, HandlerTimeoutDefault)
+	c.SendTimeout = cmp.Or(c.SendTimeout, SendTimeoutDefault)
+	c.Lease = cmp.Or(c.Lease, LeaseDefault)
+	c.StopTimeout = cmp.Or(c.StopTimeout, max(c.HandlerTimeout, c.SendTimeout)+StopGraceExtra)
+	c.MaxRunTime = cmp.Or(c.MaxRunTime, MaxRunTimeDefault)
+	c.RetryBase = cmp.Or(c.RetryBase, RetryBaseDefault)
+	c.RetryMax = cmp.Or(c.RetryMax, RetryMaxDefault)
+	c.LockBusyDelay = cmp.Or(c.LockBusyDelay, LockBusyDelayDefault)
+	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
+	c.StrandedAfter = cmp.Or(c.StrandedAfter, StrandedAfterDefault)
+	c.OrphanInterval = cmp.Or(c.OrphanInterval, OrphanIntervalDefault)
+	c.FetchPollInterval = cmp.Or(c.FetchPollInterval, FetchPollIntervalDefault)
+	c.ReconcileWait = cmp.Or(c.ReconcileWait, ReconcileWaitDefault)
+	c.PaceMaxSleep = cmp.Or(c.PaceMaxSleep, PaceMaxSleepDefault)
+	c.PausedRecheck = cmp.Or(c.PausedRecheck, PausedRecheckDefault)
+	c.PairRateUnit = cmp.Or(c.PairRateUnit, PairRateUnitDefault)
+	c.WhatsAppAPIURL = cmp.Or(c.WhatsAppAPIURL, WhatsAppAPIURLDefault)
 	return c
 }
 

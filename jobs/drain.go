@@ -53,6 +53,7 @@ type Drainer struct {
 // hooks let tests force interleavings; nil in production.
 type hooks struct {
 	beforeFinish func(conv int64)   // a drain found nothing left and is about to finish
+	beforeEffect func(stepID int64) // a step's attempt is recorded as running, its call not made yet
 	afterEffect  func(stepID int64) // a step's effect happened, its result is not recorded yet
 }
 
@@ -194,6 +195,7 @@ const firstQuery = `SELECT * FROM ordo.next_step($1, NULL, NULL, NULL, $2)`
 
 // next returns the message after head and its steps (pgx.ErrNoRows: none).
 func (r *run) next(ctx context.Context, head int64) (message, []step, error) {
+	r.s.touch()
 	rows, err := r.s.conn.Query(ctx, nextQuery, r.s.conv, head)
 	if err != nil {
 		return message{}, nil, r.s.fail(fmt.Errorf("read next message: %w", err))

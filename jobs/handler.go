@@ -14,6 +14,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/ordo-dev/ordo/tenants"
 )
 
 // handlerRequest is what a tenant's handler receives.
@@ -47,6 +49,11 @@ func (r *run) callHandler(ctx context.Context, m message) (json.RawMessage, erro
 	}
 	if r.secret == nil {
 		secret, err := r.d.tenants.HandlerSecret(ctx, r.tenant.ID)
+		if errors.Is(err, tenants.ErrNotFound) || errors.Is(err, tenants.ErrUnreadable) {
+			// Every call of the tenant would fail alike until an operator
+			// acts: pause the tenant rather than burn attempts for ever.
+			return nil, &failure{msg: "handler secret cannot be read (set it again with `ordo tenant update`, or check ORDO_MASTER_KEYS)", action: actPause}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("load handler secret: %w", err)
 		}

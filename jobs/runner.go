@@ -17,6 +17,8 @@ import (
 // Runner is a worker process's share of the work: a River client draining
 // conversations, and the reconciler.
 type Runner struct {
+	cfg        Config
+	logger     *slog.Logger
 	client     *river.Client[pgx.Tx]
 	drainer    *Drainer
 	reconciler *reconciler
@@ -55,18 +57,23 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		return nil, fmt.Errorf("river client: %w", err)
 	}
 	return &Runner{
+		cfg:        cfg,
+		logger:     logger,
 		client:     client,
 		drainer:    d,
 		reconciler: &reconciler{pool: pool, interval: cfg.ReconcileInterval, after: cfg.StrandedAfter, orphans: cfg.OrphanInterval, logger: logger},
 	}, nil
 }
 
-// Start starts draining.
+// Start starts draining. Cancelling ctx does not stop the runner (Stop
+// does): River cancels every running job's context when the context given
+// to its Start ends, and a drain cut off mid-call cannot record what it did.
 func (r *Runner) Start(ctx context.Context) error {
+	ctx = context.WithoutCancel(ctx)
 	if err := r.client.Start(ctx); err != nil {
 		return fmt.Errorf("start river: %w", err)
 	}
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	rctx, cancel := context.WithCancel(ctx)
 	r.cancel = cancel
 	r.done = make(chan struct{})
 	go func() {
@@ -76,19 +83,30 @@ func (r *Runner) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop asks running drains to yield after their current step, waits for them
-// until ctx ends, then cancels what is left. Nothing is lost either way: a
-// cancelled drain's conversation is picked up again from its checkpoints.
+// Stop stops gracefully, as a deploy's SIGTERM asks: no new drain starts;
+// running drains finish the step in flight, record it, yield their
+// conversation (another worker goes on from the checkpoint) and release its
+// lock. Stop waits for that up to Config.StopTimeout or until ctx ends (a
+// second signal), whichever is first, then cancels what is still running
+// (a hard stop: a call cut off there is settled as ambiguous by the next
+// drain).
 func (r *Runner) Stop(ctx context.Context) error {
 	r.drainer.stopping.Store(true)
 	if r.cancel != nil {
 		r.cancel()
 		<-r.done
 	}
-	if err := r.client.Stop(ctx); err != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		return r.client.StopAndCancel(cctx)
+	soft, cancel := context.WithTimeout(ctx, r.cfg.StopTimeout)
+	defer cancel()
+	if err := r.client.Stop(soft); err == nil {
+		return nil
 	}
-	return nil
+	r.logger.Warn("graceful stop did not finish in time; cancelling the drains still running",
+		slog.Duration("stop_timeout", r.cfg.StopTimeout))
+	hard, cancelHard := context.WithTimeout(context.WithoutCancel(ctx), hardStopTimeout)
+	defer cancelHard()
+	return r.client.StopAndCancel(hard)
 }
+
+// hardStopTimeout bounds waiting for cancelled drains to return.
+const hardStopTimeout = 5 * time.Second

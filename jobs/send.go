@@ -77,6 +77,11 @@ func (r *run) loadCredential(ctx context.Context) (cred whatsapp.Credential, pro
 	if errors.Is(err, tenants.ErrNotFound) {
 		return cred, "tenant has no whatsapp credential", nil
 	}
+	if errors.Is(err, tenants.ErrUnreadable) {
+		// Sealed with a master key this process lacks, or altered: the
+		// same every time until an operator fixes keys or credential.
+		return cred, "tenant's whatsapp credential cannot be decrypted (set it again, or check ORDO_MASTER_KEYS)", nil
+	}
 	if err != nil {
 		return cred, "", fmt.Errorf("load whatsapp credential: %w", err)
 	}

@@ -45,6 +45,50 @@ type session struct {
 	broken bool
 	// unlocked: the drain's last write released the lock with its commit.
 	unlocked bool
+	// lease is the connection's idle_session_timeout; heard is when the
+	// drain last sent a statement on the connection. Postgres restarts the
+	// idle timer when that statement ends, later than heard, so heard+lease
+	// is an early bound of when the session (and the lock) may be gone.
+	lease time.Duration
+	heard time.Time
+}
+
+// leaseMargin is what a drain keeps back from its lease when it bounds an
+// external call: the two clocks (this process's, Postgres's) and the
+// network between them.
+func leaseMargin(lease time.Duration) time.Duration { return lease / 10 }
+
+// touch records that a statement is about to go out on the connection.
+func (s *session) touch() { s.heard = time.Now() }
+
+// leaseLeft is how long the drain can still be sure it holds the
+// conversation's lock (monotonic clock: a process frozen meanwhile finds
+// its lease used up when it wakes).
+func (s *session) leaseLeft() time.Duration {
+	return time.Until(s.heard.Add(s.lease - leaseMargin(s.lease)))
+}
+
+const refreshQuery = `SELECT ordo.check_fence($1, $2)`
+
+// callContext bounds an external call (a send, a handler call) of at most
+// timeout by the lease the drain holds: no call outlives the lock that
+// makes it this drain's alone. When less than timeout is left, the lease is
+// renewed first with a fence check (one round trip), which fails — and no
+// call is made — when the drain lost the conversation meanwhile (stalled
+// past its lease, its session ended by Postgres, a newer drain in charge).
+func (s *session) callContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc, error) {
+	if s.leaseLeft() < timeout {
+		s.touch()
+		if _, err := s.conn.Exec(ctx, refreshQuery, s.conv, s.fence); err != nil {
+			return nil, nil, s.written(fmt.Errorf("renew lease: %w", err))
+		}
+	}
+	left := s.leaseLeft()
+	if left <= 0 {
+		return nil, nil, ErrFenced // the renewal itself took the whole lease
+	}
+	cctx, cancel := context.WithTimeout(ctx, min(timeout, left))
+	return cctx, cancel, nil
 }
 
 const unlockQuery = `SELECT pg_advisory_unlock($1::int, ($2 % 2147483647)::int), set_config('idle_session_timeout', '0', false)`
@@ -113,6 +157,7 @@ func openSession(ctx context.Context, pool *pgxpool.Pool, conv int64, lease int6
 		}
 		return st.nextErr
 	})
+	heard := time.Now()
 	err = conn.SendBatch(ctx, b).Close()
 	if err != nil {
 		c := conn.Hijack() // the lock's state is unknown: drop the session with it
@@ -124,7 +169,7 @@ func openSession(ctx context.Context, pool *pgxpool.Pool, conv int64, lease int6
 		conn.Release()
 		return nil, st, false, errLockBusy
 	}
-	s = &session{conn: conn, conv: conv}
+	s = &session{conn: conn, conv: conv, lease: time.Duration(lease) * time.Millisecond, heard: heard}
 	if fence == nil {
 		return s, st, false, nil // conversation deleted with its tenant
 	}
@@ -191,12 +236,14 @@ func (s *session) write(ctx context.Context, b *pgx.Batch) error {
 // queryRow runs one fenced statement (an ordo.*_step call, which checks
 // the fence itself) and scans its row.
 func (s *session) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	s.touch()
 	return s.written(s.conn.QueryRow(ctx, sql, args...).Scan(dest...))
 }
 
 // send runs b (statements that check the fence themselves) as one
 // implicit transaction in one round trip.
 func (s *session) send(ctx context.Context, b *pgx.Batch) error {
+	s.touch()
 	return s.written(s.conn.SendBatch(ctx, b).Close())
 }
 
@@ -236,6 +283,7 @@ const positionQuery = `SELECT fence, last_seq FROM ordo.conversations WHERE id =
 // message arrived and the drain must go on.
 func (s *session) finish(ctx context.Context) (bool, error) {
 	var done bool
+	s.touch()
 	err := s.conn.QueryRow(ctx, finishQuery, s.conv, s.fence).Scan(&done)
 	if err == nil {
 		return true, nil

@@ -80,6 +80,7 @@ SELECT id, idx, kind, status, request, attempts, clock_timestamp() - started_at,
 FROM ordo.steps WHERE message_pk = $1 ORDER BY idx`
 
 func (r *run) loadSteps(ctx context.Context, m message) ([]step, error) {
+	r.s.touch()
 	rows, _ := r.s.conn.Query(ctx, stepsQuery, m.pk)
 	steps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (step, error) {
 		var st step
@@ -110,15 +111,21 @@ func firstSteps(m message, steps []step) []step {
 // in the same write.
 func (r *run) message(ctx context.Context, m message, steps []step) (outcome, error) {
 	last := outcome{kind: outcomeDone}
+	ran := false // a step ran in this call
 	for i := 0; i < len(steps); i++ {
 		if steps[i].status == "done" {
 			continue
+		}
+		if ran && r.d.stopping.Load() {
+			// The worker is stopping (a deploy): the steps before this one
+			// are recorded; the rest wait for the next drain.
+			return outcome{kind: outcomeWait}, nil
 		}
 		out, err := r.step(ctx, m, &steps[i], i == len(steps)-1)
 		if err != nil || out.kind != outcomeDone || out.finished {
 			return out, err
 		}
-		last = out // the last step's carries the next message, if it read it
+		last, ran = out, true // the last step's carries the next message, if it read it
 		if steps[i].kind == "handle" {
 			// The handler's replies are steps now.
 			if steps, err = r.loadSteps(ctx, m); err != nil {
@@ -180,6 +187,17 @@ const moveHead = `UPDATE ordo.conversations SET head_seq = $2 WHERE id = $1`
 // outcome is unknown, and once the send may go (credential, pacing, pause);
 // a step the previous message's last write started goes straight out.
 func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome, error) {
+	if st.kind == "handle" && r.tenant.SendingPausedAt != nil {
+		// A paused tenant makes no external call at all: its handler's
+		// replies could not be sent anyway.
+		var entry []byte
+		if !st.started {
+			st = nil // nothing to give back
+		} else {
+			entry = errorEntry(st.attempts, "tenant paused: "+r.tenant.SendingPausedReason, "")
+		}
+		return r.pauseSending(ctx, st, r.tenant.SendingPausedReason, entry)
+	}
 	if !st.started {
 		if out, ok, err := r.ready(ctx, m, st, last); err != nil || !ok {
 			return out, err
@@ -193,23 +211,38 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 		}
 	}
 	st.started = false
+	if r.d.hooks.beforeEffect != nil {
+		r.d.hooks.beforeEffect(st.id)
+	}
 
+	timeout := r.d.cfg.SendTimeout
+	if st.kind == "handle" {
+		timeout = r.d.cfg.HandlerTimeout
+	}
+	callCtx, cancel, err := r.s.callContext(ctx, timeout)
+	if err != nil {
+		return outcome{}, err // not sure of the lease: no call
+	}
 	var (
 		providerID *string
 		replies    json.RawMessage
-		err        error
 	)
 	switch st.kind {
 	case "handle":
-		replies, err = r.callHandler(ctx, m)
+		replies, err = r.callHandler(callCtx, m)
 	case "send":
 		var id string
-		id, err = r.send(ctx, st)
+		id, err = r.send(callCtx, st)
 		providerID = &id
 	}
+	cancel()
 	if r.d.hooks.afterEffect != nil {
 		r.d.hooks.afterEffect(st.id)
 	}
+	// The effect happened (or was tried): record it even when the worker is
+	// being stopped meanwhile, or the next drain finds it in doubt.
+	ctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancelRecord()
 	if err != nil {
 		var f *failure
 		if !errors.As(err, &f) {
@@ -222,6 +255,11 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 	}
 	return r.finish(ctx, m, st, providerID, last && replies == nil, replies)
 }
+
+// recordTimeout bounds recording a step's outcome after its call, which
+// goes on after a stop signal (a write takes milliseconds; this only keeps
+// a dead database from holding a stopping worker for ever).
+const recordTimeout = 10 * time.Second
 
 // ready settles an earlier send attempt whose outcome is unknown, loads the
 // credential, and starts the attempt (run.start). ok false: the step does
@@ -272,7 +310,7 @@ func (r *run) start(ctx context.Context, m message, st *step, phone *string) (ou
 		if wait != nil {
 			d = *wait
 		}
-		if d > r.d.cfg.PaceMaxSleep {
+		if d > r.d.cfg.PaceMaxSleep || r.d.stopping.Load() {
 			return outcome{kind: outcomeWait, delay: d}, false, nil
 		}
 		if err := sleep(ctx, d); err != nil {
@@ -350,6 +388,11 @@ func (r *run) settleAmbiguous(ctx context.Context, m message, st *step, last boo
 		st.status = "unknown"
 		r.log.WarnContext(ctx, "send outcome unknown", slog.Int64("step_id", st.id), slog.Int64("seq", m.seq))
 	}
+	if st.providerStatus != nil && *st.providerStatus == "failed" {
+		// Meta took an attempt and reported it undelivered: the user did
+		// not get it, so it is settled like that error answered at once.
+		return r.settleFailed(ctx, m, st)
+	}
 	if st.providerStatus != nil || st.providerID != nil {
 		out, err := r.finish(ctx, m, st, st.providerID, last, nil)
 		if err != nil {
@@ -372,6 +415,48 @@ func (r *run) settleAmbiguous(ctx context.Context, m message, st *step, last boo
 	}
 	r.log.InfoContext(ctx, "resending a send whose outcome is unknown", slog.Int64("step_id", st.id),
 		slog.Int64("seq", m.seq), slog.String("policy", r.tenant.Ambiguous))
+	return outcome{}, false, nil
+}
+
+// failedStatusQuery reads what the failed status recorded on the step
+// (the webhook appends it to the error history with its class).
+const failedStatusQuery = `SELECT coalesce(errors->-1->>'error', 'delivery failed'), coalesce(errors->-1->>'class', '') FROM ordo.steps WHERE id = $1`
+
+// forgetDelivery clears an undelivered attempt's provider status before the
+// step is sent again, so the new attempt's statuses are its own.
+const forgetDelivery = `
+UPDATE ordo.steps SET provider_status = NULL, provider_status_rank = 0, provider_message_id = NULL
+WHERE id = $1 AND provider_status = 'failed'`
+
+// settleFailed settles a send in doubt whose attempt Meta reported failed:
+// a permanent reason dead-letters the message, a paused account pauses the
+// tenant, anything else sends it again (it was not delivered). settled is
+// false when the caller should resend.
+func (r *run) settleFailed(ctx context.Context, m message, st *step) (out outcome, settled bool, err error) {
+	var msg, class string
+	r.s.touch()
+	if err := r.s.conn.QueryRow(ctx, failedStatusQuery, st.id).Scan(&msg, &class); err != nil {
+		return outcome{}, true, r.s.fail(fmt.Errorf("read failed status: %w", err))
+	}
+	switch class {
+	case whatsapp.Permanent.String():
+		out, err := r.deadLetter(ctx, m, st, msg, nil)
+		return out, true, err
+	case whatsapp.Paused.String():
+		out, err := r.pauseSending(ctx, nil, msg, nil)
+		return out, true, err
+	}
+	if st.attempts >= r.tenant.MaxAttempts {
+		out, err := r.deadLetter(ctx, m, st, "attempts exhausted ("+strconv.Itoa(st.attempts)+"): "+msg, nil)
+		return out, true, err
+	}
+	b := &pgx.Batch{}
+	b.Queue(forgetDelivery, st.id)
+	if err := r.s.write(ctx, b); err != nil {
+		return outcome{}, true, err
+	}
+	st.providerStatus, st.providerID = nil, nil
+	r.log.InfoContext(ctx, "resending a send Meta reported undelivered", slog.Int64("step_id", st.id), slog.Int64("seq", m.seq), slog.String("reason", msg))
 	return outcome{}, false, nil
 }
 
@@ -418,13 +503,13 @@ func (r *run) failed(ctx context.Context, m message, st *step, f *failure) (outc
 	if f.action == actAmbiguous {
 		status = "unknown"
 	}
+	if f.action == actThrottle && r.cred != nil {
+		b.Queue(slowNumber, r.cred.PhoneNumberID, delay) // send_pacing before the step (sql/LOCKING.md)
+	}
 	var pairErrors int
 	b.Queue(recordFailure, st.id, status, entry, f.action == actPairRate).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&pairErrors)
 	})
-	if f.action == actThrottle && r.cred != nil {
-		b.Queue(slowNumber, r.cred.PhoneNumberID, delay)
-	}
 	if err := r.s.write(ctx, b); err != nil {
 		return outcome{}, err
 	}
@@ -472,6 +557,10 @@ const unstartStep = `
 UPDATE ordo.steps SET status = 'pending', attempts = greatest(attempts - 1, 0), errors = errors || $2::jsonb
 WHERE id = $1`
 
+// markPausedWait marks the conversation as waiting for its tenant's resume
+// (ordo.resume_sending wakes those) and gives up any send slot it holds.
+const markPausedWait = `UPDATE ordo.conversations SET paused_wait = true, send_slot_at = NULL WHERE id = $1 AND fence = $2`
+
 // pauseTenant pauses the tenant's sending once; the count says whether this
 // call did (so one drain logs it, not every drain of the tenant).
 const pauseTenant = `
@@ -487,12 +576,19 @@ SELECT count(*) FROM p`
 // conversations wait (ordo.reserve_send answers "paused") until an operator
 // resumes sending, which wakes them.
 func (r *run) pauseSending(ctx context.Context, st *step, reason string, entry []byte) (outcome, error) {
+	// The tenant row in a transaction of its own, before the conversation's
+	// (sql/LOCKING.md: the tenant comes first, and a resume holds it while
+	// it wakes the tenant's conversations).
+	var paused int
+	r.s.touch()
+	if err := r.s.conn.QueryRow(ctx, pauseTenant, r.tenant.ID, reason).Scan(&paused); err != nil {
+		return outcome{}, r.s.fail(fmt.Errorf("pause tenant: %w", err))
+	}
 	b := &pgx.Batch{}
 	if st != nil {
 		b.Queue(unstartStep, st.id, entry)
 	}
-	var paused int
-	b.Queue(pauseTenant, r.tenant.ID, reason).QueryRow(func(row pgx.Row) error { return row.Scan(&paused) })
+	b.Queue(markPausedWait, r.s.conv, r.s.fence)
 	if err := r.s.write(ctx, b); err != nil {
 		return outcome{}, err
 	}

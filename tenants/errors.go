@@ -20,6 +20,12 @@ var ErrNotFound = errors.New("not found")
 // are deliberately not told apart.
 var ErrUnauthorized = errors.New("unauthorized")
 
+// ErrUnreadable means a stored credential exists but cannot be opened: it is
+// sealed with a master key this process lacks, or it does not decrypt
+// (altered, or copied from another tenant or name). Trying again changes
+// nothing until an operator fixes the keys or sets the credential again.
+var ErrUnreadable = errors.New("credential unreadable")
+
 // ErrExists means a tenant with the same slug already exists.
 var ErrExists = errors.New("already exists")
 

@@ -307,7 +307,7 @@ func (s *Store) HandlerSecret(ctx context.Context, tenantID int64) ([]byte, erro
 		Secret string `json:"secret"`
 	}
 	if err := json.Unmarshal(raw, &v); err != nil || v.Secret == "" {
-		return nil, fmt.Errorf("read handler secret of tenant %d: credential %q has no \"secret\" string", tenantID, HandlerCredential)
+		return nil, fmt.Errorf("read handler secret of tenant %d: credential %q has no \"secret\" string: %w", tenantID, HandlerCredential, ErrUnreadable)
 	}
 	return []byte(v.Secret), nil
 }

@@ -368,7 +368,7 @@ func (v *Vault) rewrap(ctx context.Context, tenantID int64, name string) (bool, 
 func (v *Vault) unwrap(keyID string, tenantID int64, name string, wrapped []byte) ([]byte, error) {
 	master, ok := v.aeads[keyID]
 	if !ok {
-		return nil, fmt.Errorf("credential %q of tenant %d is sealed with master key %q, which is not configured", name, tenantID, keyID)
+		return nil, fmt.Errorf("credential %q of tenant %d is sealed with master key %q, which is not configured: %w", name, tenantID, keyID, ErrUnreadable)
 	}
 	dataKey, err := open(master, wrapped, wrapAAD(tenantID, name, keyID))
 	if err != nil || len(dataKey) != MasterKeySize {
@@ -440,5 +440,5 @@ func open(aead cipher.AEAD, sealed, aad []byte) ([]byte, error) {
 }
 
 func decryptionFailed(tenantID int64, name string) error {
-	return fmt.Errorf("credential %q of tenant %d: decryption failed: the row was altered or does not belong to this tenant and name", name, tenantID)
+	return fmt.Errorf("credential %q of tenant %d: decryption failed: the row was altered or does not belong to this tenant and name: %w", name, tenantID, ErrUnreadable)
 }

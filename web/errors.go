@@ -67,6 +67,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			msg = "internal error"
 		}
 	}
+	if (status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests) && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", "1") // a client (n8n's Retry On Fail) comes back, not at once
+	}
 	writeJSON(w, status, map[string]any{"error": map[string]string{"code": string(e.Code), "message": msg}})
 }
 

@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -47,6 +49,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	fs.DurationVar(&jc.HandlerTimeout, "handler-timeout", 0, "bound on one handler call (default 10s)")
 	fs.DurationVar(&jc.ReconcileWait, "reconcile-wait", 0, "how long an ambiguous send waits for a status webhook before a resend (default 30s)")
 	fs.DurationVar(&jc.RetryMax, "retry-max", 0, "longest backoff between a step's attempts (default 5m)")
+	fs.DurationVar(&jc.StopTimeout, "stop-timeout", 0, "how long SIGTERM waits for in-flight steps before cancelling them (default: the longer of --send-timeout and --handler-timeout plus 5s)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -73,7 +76,9 @@ func serve(ctx context.Context, env *environment, cfg serverConfig) error {
 		return fmt.Errorf("--role %q: want all, api or worker", cfg.role)
 	}
 	if cfg.shutdownPeriod == 0 {
-		cfg.shutdownPeriod = 30 * time.Second
+		// Room for the workers' graceful stop (jobs.Config.StopTimeout)
+		// and the HTTP server's in-flight requests.
+		cfg.shutdownPeriod = cfg.jobs.WithDefaults().StopTimeout + 15*time.Second
 	}
 	log := env.logger.With(slog.String("role", cfg.role))
 	poolCfg, err := pgxpool.ParseConfig(cfg.databaseURL)
@@ -137,8 +142,11 @@ func serve(ctx context.Context, env *environment, cfg serverConfig) error {
 	case err := <-serveCh:
 		log.Error("http server stopped", slog.String("error", err.Error()))
 	}
-	log.Info("shutting down")
-	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownPeriod)
+	log.Info("shutting down: in-flight steps finish and are recorded; a second signal stops at once")
+	// A second SIGINT/SIGTERM ends the graceful stop early (a hard stop).
+	again, stopAgain := signal.NotifyContext(context.WithoutCancel(ctx), syscall.SIGINT, syscall.SIGTERM)
+	defer stopAgain()
+	shutdown, cancel := context.WithTimeout(again, cfg.shutdownPeriod)
 	defer cancel()
 	var errs []error
 	if srv != nil {

@@ -7,6 +7,8 @@
 -- takes the conversation's reserved slot or reserves the number's next one
 -- with a single atomic upsert. Conversation writes carry the drain's fence.
 -- Times are the database's clock; the caller only ever sees durations.
+-- The caller holds the conversation row (ordo.check_fence) before this locks
+-- the number's send_pacing row (sql/LOCKING.md).
 CREATE OR REPLACE FUNCTION ordo.reserve_send(
     p_tenant bigint, p_conv bigint, p_fence bigint, p_phone text, p_horizon interval,
     OUT verdict text, OUT wait interval)
@@ -25,6 +27,11 @@ BEGIN
     SELECT t.send_rate, t.pair_gap_ms, t.sending_paused_at INTO v_rate, v_gap, v_paused
     FROM ordo.tenants t WHERE t.id = p_tenant;
     IF NOT FOUND OR v_paused IS NOT NULL THEN
+        -- Marked for ordo.resume_sending, which wakes only such drains; a
+        -- slot reserved before the pause is given up, or every conversation
+        -- would send at once on resume (a burst above send_rate).
+        UPDATE ordo.conversations c SET paused_wait = true, send_slot_at = NULL
+        WHERE c.id = p_conv AND c.fence = p_fence AND (NOT c.paused_wait OR c.send_slot_at IS NOT NULL);
         verdict := 'paused';
         RETURN;
     END IF;

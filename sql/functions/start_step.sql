@@ -9,8 +9,10 @@ CREATE OR REPLACE FUNCTION ordo.start_step(
     OUT verdict text, OUT wait interval, OUT step_id bigint, OUT attempts int)
 LANGUAGE plpgsql AS $$
 BEGIN
-    -- KEY SHARE to commit: a takeover (FOR UPDATE) waits for this attempt
-    -- and then sees it.
+    -- The conversation row first (sql/LOCKING.md), held to commit: a
+    -- takeover (FOR UPDATE) waits for this attempt and then sees it, and
+    -- reserve_send's write of the slot needs no upgrade after it locked the
+    -- number's send_pacing row.
     PERFORM ordo.check_fence(p_conv, p_fence);
     IF p_phone IS NOT NULL THEN
         -- Horizon 0: a slot in the future is kept on the conversation

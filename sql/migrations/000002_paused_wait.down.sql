@@ -1,0 +1,1 @@
+ALTER TABLE ordo.conversations DROP COLUMN paused_wait;
