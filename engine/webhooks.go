@@ -6,11 +6,23 @@ package engine
 // the caller answers 200 only after the commit. A repeat delivery dedupes on
 // the messages' UNIQUE (tenant, message_id).
 //
-// Lock order of a delivery (the same as a drain's): send steps first (the
-// statuses), then conversations in sorted order (the messages, through
-// ordo.enqueue_message). Concurrent deliveries touching the same
-// conversations therefore queue instead of deadlocking; the rare deadlock
-// with another path is retried (webhookTxAttempts).
+// Lock order of a delivery (sql/LOCKING.md, the same as a drain's):
+// conversations first, in sorted order (the messages, through
+// ordo.enqueue_message), then the send steps its statuses touch, in id
+// order, then their messages. Concurrent deliveries touching the same
+// conversations therefore queue instead of deadlocking, and so do a
+// delivery and a drain finishing a step it carries a status for. Lock waits
+// are bounded (LockTimeout): a conversation held by an application's long
+// transaction makes the delivery answer 503, which Meta redelivers.
+//
+// A failed status (Meta took a send and could not deliver it) is recorded
+// on the step with its reason and class, like an error answered at once.
+// While the step is still in doubt, its drain settles it from there (resend,
+// dead letter or pause: jobs/steps.go settleFailed). When the step was done
+// already — the conversation has moved on, later messages may have gone out
+// — the message is dead-lettered (status dead, the step failed), whatever
+// the reason, and the conversation is not halted: the order it could have
+// kept is already past. An operator's replay sends it again at the tail.
 
 import (
 	"bytes"
@@ -83,15 +95,10 @@ func (e *Engine) StoreWebhook(ctx context.Context, t WebhookTenant, wh whatsapp.
 	for attempt := 1; ; attempt++ {
 		var res WebhookResult
 		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-			// Statuses first: a drain writes a step before its conversation,
-			// and so does this transaction.
-			if len(wh.Statuses) > 0 {
-				tag, err := tx.Exec(ctx, applyStatuses, t.ID, statuses.stepIDs, statuses.wamids, statuses.statuses, statuses.ranks)
-				if err != nil {
-					return fmt.Errorf("apply statuses: %w", err)
-				}
-				res.Statuses = int(tag.RowsAffected())
+			if _, err := tx.Exec(ctx, lockTimeoutQuery, strconv.FormatInt(LockTimeout.Milliseconds(), 10)+"ms"); err != nil {
+				return err
 			}
+			// Conversations first (the messages), then steps (the statuses).
 			for _, m := range msgs {
 				a, err := e.IngestTx(ctx, tx, NewMessage{
 					Tenant: t.Slug, ConversationID: m.ConversationID, MessageID: m.MessageID,
@@ -106,9 +113,19 @@ func (e *Engine) StoreWebhook(ctx context.Context, t WebhookTenant, wh whatsapp.
 					res.Accepted++
 				}
 			}
+			if len(wh.Statuses) > 0 {
+				n, err := e.applyStatuses(ctx, tx, t.ID, statuses)
+				if err != nil {
+					return err
+				}
+				res.Statuses = n
+			}
 			return nil
 		})
 		if err == nil || attempt == webhookTxAttempts || !isTxConflict(err) {
+			if err != nil && ErrorCode(err) == CodeInternal {
+				err = translate(err, "store webhook")
+			}
 			return res, err
 		}
 	}
@@ -150,6 +167,10 @@ type statusBatch struct {
 	wamids   []string
 	statuses []string
 	ranks    []int32
+	// failures and classes are a failed status's reason and class
+	// (whatsapp.Status.Failure), empty for the others.
+	failures []string
+	classes  []string
 }
 
 func newStatusBatch(sts []whatsapp.Status) statusBatch {
@@ -163,8 +184,49 @@ func newStatusBatch(sts []whatsapp.Status) statusBatch {
 		b.wamids = append(b.wamids, st.MessageID)
 		b.statuses = append(b.statuses, strings.Map(dropControl, st.Status))
 		b.ranks = append(b.ranks, int32(whatsapp.StatusRank(st.Status)))
+		f, _ := st.Failure()
+		b.failures = append(b.failures, strings.Map(dropControl, f.Message))
+		class := ""
+		if f.Message != "" {
+			class = f.Class.String()
+		}
+		b.classes = append(b.classes, class)
 	}
 	return b
+}
+
+// applyStatuses records a delivery's statuses and dead-letters the done
+// messages a failed status says were never delivered; it returns how many
+// statuses updated a step.
+func (e *Engine) applyStatuses(ctx context.Context, tx pgx.Tx, tenantID int64, b statusBatch) (int, error) {
+	rows, _ := tx.Query(ctx, applyStatusesQuery, tenantID, b.stepIDs, b.wamids, b.statuses, b.ranks, b.failures, b.classes)
+	type applied struct {
+		id      int64
+		undone  bool // a failed status on a step that was done
+		message string
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (applied, error) {
+		var a applied
+		err := r.Scan(&a.id, &a.undone, &a.message)
+		return a, err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("apply statuses: %w", err)
+	}
+	var undone []int64
+	for _, a := range got {
+		if a.undone {
+			undone = append(undone, a.id)
+			e.logger.WarnContext(ctx, "a sent message was not delivered; dead-lettered (the conversation has moved on)",
+				slog.Int64("step_id", a.id), slog.String("message_id", a.message))
+		}
+	}
+	if len(undone) > 0 {
+		if _, err := tx.Exec(ctx, deadLetterUndelivered, tenantID, undone); err != nil {
+			return 0, fmt.Errorf("dead-letter undelivered messages: %w", err)
+		}
+	}
+	return len(got), nil
 }
 
 // storable makes a message's JSON fit a jsonb column. Postgres refuses the
@@ -217,17 +279,21 @@ func dropControl(r rune) rune {
 	return r
 }
 
-// applyStatuses records delivery statuses on the tenant's send steps. A
-// status finds its step by biz_opaque_callback_data (ordo's step id), else
+// applyStatusesQuery records delivery statuses on the tenant's send steps.
+// A status finds its step by biz_opaque_callback_data (ordo's step id), else
 // by the wamid; a step of another tenant is never matched, an unknown one is
 // skipped. It never regresses a step: a status applies only when it ranks
 // above the recorded one (whatsapp.StatusRank), the highest of a delivery
-// winning. The wamid fills provider_message_id when the step has none (a send
-// whose answer was lost), which is what settles an ambiguous send.
-const applyStatuses = `
+// winning. The wamid fills provider_message_id when the step has none (a
+// send whose answer was lost), which is what settles an ambiguous send; a
+// failed status appends its reason and class ($6, $7) to the step's error
+// history. Steps are locked in id order (sql/LOCKING.md). It returns each
+// updated step, whether it is a failed status on a step that was done, and
+// its message's id.
+const applyStatusesQuery = `
 WITH s AS (
-    SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::int[])
-        WITH ORDINALITY AS s(step_id, wamid, status, rank, ord)
+    SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::int[], $6::text[], $7::text[])
+        WITH ORDINALITY AS s(step_id, wamid, status, rank, failure, class, ord)
 ), by_id AS (
     SELECT s.ord, st.id FROM s
     JOIN ordo.steps st ON st.id = s.step_id AND st.kind = 'send'
@@ -238,13 +304,36 @@ WITH s AS (
     JOIN ordo.messages m ON m.id = st.message_pk AND m.tenant_id = $1
     WHERE NOT EXISTS (SELECT 1 FROM by_id WHERE by_id.ord = s.ord)
 ), best AS (
-    SELECT DISTINCT ON (h.id) h.id, s.wamid, s.status, s.rank
+    SELECT DISTINCT ON (h.id) h.id, s.wamid, s.status, s.rank, s.failure, s.class
     FROM (SELECT * FROM by_id UNION ALL SELECT * FROM by_wamid) h JOIN s ON s.ord = h.ord
     ORDER BY h.id, s.rank DESC
+), locked AS (
+    SELECT st.id FROM ordo.steps st JOIN best ON best.id = st.id ORDER BY st.id FOR UPDATE OF st
 )
 UPDATE ordo.steps st SET
     provider_status      = best.status,
     provider_status_rank = best.rank,
-    provider_message_id  = coalesce(st.provider_message_id, best.wamid)
-FROM best
-WHERE st.id = best.id AND best.rank > st.provider_status_rank`
+    provider_message_id  = coalesce(st.provider_message_id, best.wamid),
+    errors               = CASE WHEN best.status = 'failed' THEN st.errors || jsonb_build_array(jsonb_build_object(
+                               'attempt', st.attempts, 'at', now(), 'error', best.failure, 'class', best.class, 'source', 'status'))
+                           ELSE st.errors END
+FROM best JOIN locked ON locked.id = best.id
+WHERE st.id = best.id AND best.rank > st.provider_status_rank
+RETURNING st.id, best.status = 'failed' AND st.status = 'done',
+    (SELECT m.message_id FROM ordo.messages m WHERE m.id = st.message_pk)`
+
+// deadLetterUndelivered dead-letters the messages of done send steps ($2)
+// that a failed status said were never delivered: the step failed, the
+// message dead (unless later steps of it still run), a dead letter with the
+// step's error history. Step, then message, then dead letter.
+const deadLetterUndelivered = `
+WITH st AS (
+    UPDATE ordo.steps s SET status = 'failed'
+    WHERE s.id = ANY($2::bigint[]) AND s.status = 'done'
+    RETURNING s.id, s.message_pk, s.errors
+), m AS (
+    UPDATE ordo.messages m SET status = 'dead' FROM st WHERE m.id = st.message_pk AND m.status = 'done'
+    RETURNING m.id
+)
+INSERT INTO ordo.dead_letters (tenant_id, message_pk, step_id, reason, errors)
+SELECT $1, st.message_pk, st.id, coalesce(st.errors->-1->>'error', 'delivery failed'), st.errors FROM st`
