@@ -44,7 +44,7 @@ const (
 	// that would wait longer fails at once and its messages run on their
 	// own (with LockTimeout each), so one locked conversation holds up
 	// neither the batch slots nor the other tenants' messages.
-	batchLockTimeout = "100ms"
+	batchLockTimeout = "500ms"
 	// fallbackParallel bounds the messages of failed batches run on their
 	// own at once (each takes a pool connection for up to LockTimeout).
 	fallbackParallel = 8
