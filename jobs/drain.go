@@ -64,7 +64,13 @@ func newDrainer(cfg Config, pool *pgxpool.Pool, ts *tenants.Store, vault *tenant
 		tenants:  ts,
 		vault:    vault,
 		wa:       &whatsapp.Client{BaseURL: cfg.WhatsAppAPIURL, HTTP: &http.Client{Timeout: cfg.SendTimeout}},
-		handlers: http.Client{Timeout: cfg.HandlerTimeout},
+		handlers: http.Client{
+			Timeout: cfg.HandlerTimeout,
+			// A 3xx is answered as it is (a permanent error naming it): the
+			// call is signed for its URL, and a redirect could take the
+			// body and its signature anywhere.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
 		logger:   logger,
 	}
 }

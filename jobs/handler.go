@@ -59,7 +59,7 @@ func (r *run) callHandler(ctx context.Context, m message) (json.RawMessage, erro
 		}
 		r.secret = secret
 	}
-	body, err := json.Marshal(handlerRequest{
+	body, err := encodeHandlerRequest(handlerRequest{
 		Tenant: r.tenant.Slug, ConversationID: r.conversationID, MessageID: m.id, Seq: m.seq, Payload: m.payload,
 	})
 	if err != nil {
@@ -82,11 +82,18 @@ func (r *run) callHandler(ctx context.Context, m message) (json.RawMessage, erro
 	if err != nil {
 		return nil, &failure{msg: "read handler answer: " + err.Error()}
 	}
-	switch {
-	case resp.StatusCode >= 500, resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests:
-		return nil, &failure{msg: "handler answered " + strconv.Itoa(resp.StatusCode), retryAfter: retryAfter(resp.Header.Get("Retry-After"))}
-	case resp.StatusCode < 200 || resp.StatusCode > 299:
-		return nil, &failure{msg: "handler answered " + strconv.Itoa(resp.StatusCode), action: actDeadLetter}
+	switch code := resp.StatusCode; {
+	case code == http.StatusNotFound, code == http.StatusGone:
+		// n8n answers 404 "webhook … is not registered" while it restarts
+		// and while the workflow is switched off for an edit: retried, not
+		// a reason to halt every conversation that gets a message meanwhile.
+		return nil, &failure{msg: "handler answered " + strconv.Itoa(code) + ": is the n8n workflow active (and its Webhook node's path the handler URL's)?", retryAfter: retryAfter(resp.Header.Get("Retry-After"))}
+	case code >= 500, code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:
+		return nil, &failure{msg: "handler answered " + strconv.Itoa(code), retryAfter: retryAfter(resp.Header.Get("Retry-After"))}
+	case code >= 300 && code < 400:
+		return nil, &failure{msg: "handler answered " + strconv.Itoa(code) + ": redirects are not followed (a signed call must reach the URL it was signed for); set handler_url to the final URL", action: actDeadLetter}
+	case code < 200 || code > 299:
+		return nil, &failure{msg: "handler answered " + strconv.Itoa(code), action: actDeadLetter}
 	}
 	if len(answer) > maxHandlerAnswer {
 		return nil, &failure{msg: "handler answer larger than 1 MiB", action: actDeadLetter}
@@ -94,18 +101,55 @@ func (r *run) callHandler(ctx context.Context, m message) (json.RawMessage, erro
 	return parseReplies(answer)
 }
 
-// parseReplies validates a handler's answer: {"replies": [{…}, …]}; an empty
-// body means no replies.
+// encodeHandlerRequest is the body of a handler call: JSON without HTML
+// escaping (Go's default writes <, > and & as \u003c…, which an n8n Crypto
+// node checking the signature over JSON.stringify($json.body) would not
+// reproduce), and the signature is over exactly these bytes.
+func encodeHandlerRequest(req handlerRequest) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(req); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// n8nRespondImmediately is what an n8n Webhook node left on its default
+// "Respond: Immediately" answers, before the workflow has built any reply.
+const n8nRespondImmediately = "Workflow was started"
+
+// parseReplies reads a handler's answer: {"replies": [{…}, …]}, or n8n's
+// one-element array of it ("Respond: When Last Node Finishes" with "All
+// Entries"). {"replies": []} is the only way to say "no replies": an empty
+// body (an n8n node failed before its Respond to Webhook node) or any other
+// shape is a permanent error whose reason names the n8n setting to change —
+// never a silent success with the replies lost.
 func parseReplies(answer []byte) (json.RawMessage, error) {
-	if len(bytes.TrimSpace(answer)) == 0 {
-		return json.RawMessage("[]"), nil
+	trimmed := bytes.TrimSpace(answer)
+	if len(trimmed) == 0 {
+		return nil, &failure{msg: `handler answered an empty body; want {"replies": [...]} ({"replies": []} for none). ` +
+			`In n8n: a node failed before "Respond to Webhook" (see the workflow's executions), or the Webhook node's Respond setting answers before the replies exist`, action: actDeadLetter}
 	}
-	var a struct {
-		Replies []json.RawMessage `json:"replies"`
+	if trimmed[0] == '[' {
+		var items []json.RawMessage
+		if err := json.Unmarshal(trimmed, &items); err != nil || len(items) != 1 {
+			return nil, &failure{msg: `handler answered an array; want {"replies": [...]}, or n8n's one-element array of it`, action: actDeadLetter}
+		}
+		trimmed = bytes.TrimSpace(items[0])
 	}
-	if err := json.Unmarshal(answer, &a); err != nil {
-		return nil, &failure{msg: "handler answer is not {\"replies\": [...]}: " + err.Error(), action: actDeadLetter}
+	var raw struct {
+		Replies *[]json.RawMessage `json:"replies"`
+		Message any                `json:"message"`
 	}
+	if err := json.Unmarshal(trimmed, &raw); err != nil || raw.Replies == nil {
+		if raw.Message == n8nRespondImmediately {
+			return nil, &failure{msg: `handler answered "Workflow was started": the n8n Webhook node responds Immediately, before the workflow built its replies. ` +
+				`Set its Respond option to "Using 'Respond to Webhook' Node" (or "When Last Node Finishes")`, action: actDeadLetter}
+		}
+		return nil, &failure{msg: `handler answer is not {"replies": [...]} (a JSON object with a "replies" array; {"replies": []} for none)`, action: actDeadLetter}
+	}
+	a := struct{ Replies []json.RawMessage }{Replies: *raw.Replies}
 	if len(a.Replies) > MaxReplies {
 		return nil, &failure{msg: fmt.Sprintf("handler answered %d replies; at most %d", len(a.Replies), MaxReplies), action: actDeadLetter}
 	}
