@@ -63,10 +63,11 @@ func (s *messageSchema) crossChecks(v any) []problem {
 		sections, _ := action["sections"].([]any)
 		ids := map[string]int{}
 		where := map[int]string{}
-		total := 0
+		total, biggest := 0, 0
 		for i, sec := range sections {
 			sec, _ := sec.(map[string]any)
 			rows, _ := sec["rows"].([]any)
+			biggest = max(biggest, len(rows))
 			for j, r := range rows {
 				r, _ := r.(map[string]any)
 				where[total] = fmt.Sprintf("sections[%d].rows[%d]", i, j)
@@ -77,18 +78,20 @@ func (s *messageSchema) crossChecks(v any) []problem {
 				total++
 			}
 		}
-		if total > maxListRows {
+		// A section over the limit on its own is the schema's to name.
+		if total > maxListRows && biggest <= maxListRows {
 			add(fmt.Sprintf("more than %d rows in all sections", maxListRows), "interactive", "action", "sections")
 		}
 	case "product_list":
 		sections, _ := action["sections"].([]any)
-		total := 0
+		total, biggest := 0, 0
 		for _, sec := range sections {
 			sec, _ := sec.(map[string]any)
 			items, _ := sec["product_items"].([]any)
 			total += len(items)
+			biggest = max(biggest, len(items))
 		}
-		if total > maxProductItems {
+		if total > maxProductItems && biggest <= maxProductItems {
 			add(fmt.Sprintf("more than %d products in all sections", maxProductItems), "interactive", "action", "sections")
 		}
 	}
