@@ -60,3 +60,19 @@ func FuzzValidateMessage(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkValidateMessage measures the check every REST message and every
+// handler reply pays.
+func BenchmarkValidateMessage(b *testing.B) {
+	for _, typ := range []string{"text", "interactive", "template"} {
+		raw := readExample(b, typ)
+		b.Run(typ, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := ValidateMessage(raw); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
