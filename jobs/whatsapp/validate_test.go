@@ -175,6 +175,9 @@ func TestValidateMessage(t *testing.T) {
 		{"list row title too long", interactive(`{"type":"list","body":{"text":"Choose"},"action":{"button":"Open","sections":[{"rows":[{"id":"1","title":"` + strings.Repeat("t", 25) + `"}]}]}}`), "interactive.action.sections[0].rows[0].title: longer than 24 characters"},
 		{"list row description too long", interactive(`{"type":"list","body":{"text":"Choose"},"action":{"button":"Open","sections":[{"rows":[{"id":"1","title":"t","description":"` + strings.Repeat("d", 73) + `"}]}]}}`), "interactive.action.sections[0].rows[0].description: longer than 72 characters"},
 		{"list with an image header", interactive(`{"type":"list","header":{"type":"image","image":{"id":"1"}},"body":{"text":"Choose"},"action":{"button":"Open","sections":[{"rows":` + rows("r", 1) + `}]}}`), "interactive.header.type: must be text"},
+		{"list body of 4096 characters", interactive(`{"type":"list","body":{"text":"` + s4096 + `"},"action":{"button":"Open","sections":[{"rows":` + rows("r", 1) + `}]}}`), ""},
+		{"list body too long", interactive(`{"type":"list","body":{"text":"` + s4097 + `"},"action":{"button":"Open","sections":[{"rows":` + rows("r", 1) + `}]}}`), "interactive.body.text: longer than 4096 characters"},
+		{"product body too long", interactive(`{"type":"product","body":{"text":"` + s1025 + `"},"action":{"catalog_id":"c1","product_retailer_id":"sku-1"}}`), "interactive.body.text: longer than 1024 characters"},
 		{"list with buttons instead", interactive(`{"type":"list","body":{"text":"Choose"},"action":{"buttons":[` + button("a", "A") + `]}}`), "interactive.action.button: required"},
 
 		// interactive: cta_url, flow, product, others
