@@ -127,6 +127,7 @@ func TestValidateMessage(t *testing.T) {
 		{"contacts", `{"type":"contacts","contacts":[{"name":{"formatted_name":"Ada Lovelace","first_name":"Ada"},"phones":[{"phone":"+1 650 555 1234","type":"WORK","wa_id":"16505551234"}],"emails":[{"email":"ada@example.com"}],"birthday":"1815-12-10","org":{"company":"Analytical"},"urls":[{"url":"https://example.com"}],"addresses":[{"city":"London"}]}]}`, ""},
 		{"contacts empty", `{"type":"contacts","contacts":[]}`, "contacts: must not be empty"},
 		{"contacts as an object", `{"type":"contacts","contacts":{"name":{"formatted_name":"Ada"}}}`, "contacts: must be an array"},
+		{"contacts 258", `{"type":"contacts","contacts":[` + strings.TrimSuffix(strings.Repeat(`{"name":{"formatted_name":"A"}},`, 258), ",") + `]}`, "contacts: more than 257 items"},
 		{"contact without formatted_name", `{"type":"contacts","contacts":[{"name":{"first_name":"Ada"}}]}`, "contacts[0].name.formatted_name: required"},
 		{"contact birthday wrong", `{"type":"contacts","contacts":[{"name":{"formatted_name":"Ada"},"birthday":"10/12/1815"}]}`, "contacts[0].birthday: must be a date YYYY-MM-DD"},
 		{"contact phone missing", `{"type":"contacts","contacts":[{"name":{"formatted_name":"Ada"},"phones":[{"type":"WORK"}]}]}`, "contacts[0].phones[0].phone: required"},
