@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ordo-dev/ordo/jobs/whatsapp"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -156,6 +157,11 @@ func parseReplies(answer []byte) (json.RawMessage, error) {
 	for i, reply := range a.Replies {
 		if t := bytes.TrimSpace(reply); len(t) == 0 || t[0] != '{' {
 			return nil, &failure{msg: fmt.Sprintf("handler reply %d is not a JSON object", i), action: actDeadLetter}
+		}
+		// Refused now, the reply names its path; refused by WhatsApp at send
+		// time, it would only say "Invalid parameter".
+		if err := whatsapp.ValidateMessage(reply); err != nil {
+			return nil, &failure{msg: fmt.Sprintf("reply %d of %d: %v", i+1, len(a.Replies), err), action: actDeadLetter}
 		}
 	}
 	if a.Replies == nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/ordo-dev/ordo/engine"
+	"github.com/ordo-dev/ordo/jobs/whatsapp"
 )
 
 // envelopeFields are the REST body's own fields; every other field of an
@@ -54,6 +55,11 @@ func parseNewMessage(tenant string, body []byte) (engine.NewMessage, error) {
 		return engine.NewMessage{}, engine.Errorf(engine.CodeInvalid, "type: required for an outbound message (text, template, image, …)")
 	}
 	m.Payload, _ = json.Marshal(fields)
+	// The stored payload is what will be sent: check it as WhatsApp would,
+	// so a mistake is the caller's 400 and not a halted conversation.
+	if err := whatsapp.ValidateMessage(m.Payload); err != nil {
+		return engine.NewMessage{}, engine.Errorf(engine.CodeInvalid, "%s", err)
+	}
 	return m, nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/gorilla/mux"
+
+	"github.com/ordo-dev/ordo/jobs/whatsapp"
 )
 
 // The sandbox is ordo dev's stand-in for the WhatsApp Cloud API: the same
@@ -32,6 +34,12 @@ func (s *Server) sandboxSend(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
 	if err != nil {
 		graphError(http.StatusBadRequest, 100, "Invalid parameter")
+		return
+	}
+	// The same schema as at the door, so ordo dev refuses what WhatsApp
+	// refuses, with WhatsApp's code and the path of the wrong field.
+	if err := whatsapp.ValidateMessage(body); err != nil {
+		graphError(http.StatusBadRequest, 100, "(#100) Invalid parameter: "+err.Error())
 		return
 	}
 	var fields map[string]any
