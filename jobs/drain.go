@@ -59,11 +59,11 @@ type hooks struct {
 
 func newDrainer(cfg Config, pool *pgxpool.Pool, ts *tenants.Store, vault *tenants.Vault, logger *slog.Logger) *Drainer {
 	return &Drainer{
-		cfg:      cfg,
-		pool:     pool,
-		tenants:  ts,
-		vault:    vault,
-		wa:       &whatsapp.Client{BaseURL: cfg.WhatsAppAPIURL, HTTP: &http.Client{Timeout: cfg.SendTimeout}},
+		cfg:     cfg,
+		pool:    pool,
+		tenants: ts,
+		vault:   vault,
+		wa:      &whatsapp.Client{BaseURL: cfg.WhatsAppAPIURL, HTTP: &http.Client{Timeout: cfg.SendTimeout}},
 		handlers: http.Client{
 			Timeout: cfg.HandlerTimeout,
 			// A 3xx is answered as it is (a permanent error naming it): the
@@ -71,7 +71,7 @@ func newDrainer(cfg Config, pool *pgxpool.Pool, ts *tenants.Store, vault *tenant
 			// body and its signature anywhere.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		logger:   logger,
+		logger: logger,
 	}
 }
 
