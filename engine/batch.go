@@ -46,8 +46,9 @@ const (
 	// neither the batch slots nor the other tenants' messages.
 	batchLockTimeout = "500ms"
 	// fallbackParallel bounds the messages of failed batches run on their
-	// own at once (each takes a pool connection for up to LockTimeout).
-	fallbackParallel = 8
+	// own at once (each takes a pool connection for up to LockTimeout): the
+	// pool is shared with the drains, whose sessions must not wait for one.
+	fallbackParallel = 2
 )
 
 // LockTimeout bounds how long one message's ingest waits for a lock its
