@@ -48,13 +48,13 @@ const (
 	// fallbackParallel bounds the messages of failed batches run on their
 	// own at once (each takes a pool connection for up to LockTimeout): the
 	// pool is shared with the drains, whose sessions must not wait for one.
-	fallbackParallel = 2
+	fallbackParallel = 8
 )
 
 // LockTimeout bounds how long one message's ingest waits for a lock its
 // conversation's row is held with; past it the message is refused with
 // 503 and Retry-After (nothing stored), never a hang for everyone else.
-const LockTimeout = 2 * time.Second
+const LockTimeout = time.Second
 
 // lockTimeoutQuery sets the lock wait bound for the rest of the (implicit)
 // transaction it runs in.
@@ -81,6 +81,10 @@ type batcher struct {
 	mu      sync.Mutex
 	pending []*ingestCall
 	running int
+	// locked holds conversations a message of which just waited out
+	// LockTimeout, until when: their other messages are refused at once
+	// instead of each failing a batch and waiting again.
+	locked map[convKey]time.Time
 
 	// batches and retried count batches sent and batches that failed and
 	// were run again one message at a time; tests read them.
@@ -128,6 +132,37 @@ func (b *batcher) take() []*ingestCall {
 	b.running++
 	return batch
 }
+
+// convKey names a conversation across tenants.
+type convKey struct{ tenant, conversation string }
+
+func keyOf(m NewMessage) convKey { return convKey{m.Tenant, m.ConversationID} }
+
+// isLocked reports whether k's row was found held by another transaction
+// within the last LockTimeout.
+func (b *batcher) isLocked(k convKey) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	until, ok := b.locked[k]
+	if ok && time.Now().After(until) {
+		delete(b.locked, k)
+		return false
+	}
+	return ok
+}
+
+// markLocked records that k's row is held by another transaction.
+func (b *batcher) markLocked(k convKey) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.locked == nil {
+		b.locked = make(map[convKey]time.Time)
+	}
+	b.locked[k] = time.Now().Add(LockTimeout)
+}
+
+// errLocked is the answer to a message of a conversation found locked.
+var errLocked = &Error{Code: CodeUnavailable, Message: "the conversation is locked by another transaction; retry later"}
 
 // state reports the running batches and the waiting calls (for tests).
 func (b *batcher) state() (running, pending int) {
@@ -179,6 +214,10 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 	for _, c := range calls {
 		if err := c.ctx.Err(); err != nil {
 			c.done <- ingestResult{err: translate(err, "enqueue message")}
+			continue
+		}
+		if e.ingest.isLocked(keyOf(c.msg)) {
+			c.done <- ingestResult{err: errLocked} // it would fail the whole batch
 			continue
 		}
 		live = append(live, c)
@@ -248,7 +287,16 @@ func (e *Engine) ingestEach(calls []*ingestCall) {
 			e.fallbackSem <- struct{}{}
 			defer func() { <-e.fallbackSem }()
 			for _, c := range group {
+				if e.ingest.isLocked(keyOf(c.msg)) {
+					// The conversation's row is held by someone else: the
+					// group's later messages would wait on it in turn.
+					c.done <- ingestResult{err: errLocked}
+					continue
+				}
 				a, err := e.ingestOne(c.ctx, c.msg)
+				if isLockTimeout(err) {
+					e.ingest.markLocked(keyOf(c.msg))
+				}
 				c.done <- ingestResult{accepted: a, err: err}
 			}
 		}(calls[i:j])
