@@ -33,7 +33,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ordo-dev/ordo/sql/pgcluster"
+	"github.com/ordo-dev/ordo/cmd/internal/pgcluster"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
