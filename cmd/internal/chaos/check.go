@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"fmt"
@@ -55,8 +55,8 @@ type chaosCheck struct {
 	details []string
 }
 
-// chaosReport is the checker's answer.
-type chaosReport struct {
+// Report is the checker's answer.
+type Report struct {
 	checks []chaosCheck
 
 	offered, accepted, copies, retries int
@@ -68,7 +68,7 @@ type chaosReport struct {
 	faults                             map[string]int
 }
 
-func (r *chaosReport) failed() int {
+func (r *Report) Failed() int {
 	n := 0
 	for _, c := range r.checks {
 		if !c.ok {
@@ -78,7 +78,7 @@ func (r *chaosReport) failed() int {
 	return n
 }
 
-func (r *chaosReport) add(name string, ok bool, summary string, details ...string) {
+func (r *Report) add(name string, ok bool, summary string, details ...string) {
 	if len(details) > 20 {
 		details = append(details[:20], fmt.Sprintf("… %d more", len(details)-20))
 	}
@@ -86,11 +86,11 @@ func (r *chaosReport) add(name string, ok bool, summary string, details ...strin
 }
 
 // chaosJudge judges a run.
-func chaosJudge(in chaosInput) *chaosReport {
+func chaosJudge(in chaosInput) *Report {
 	l := in.ledger
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	rep := &chaosReport{offered: len(l.msgs), copies: l.copies, retries: l.retries, sent: len(in.sends), faults: map[string]int{}}
+	rep := &Report{offered: len(l.msgs), copies: l.copies, retries: l.retries, sent: len(in.sends), faults: map[string]int{}}
 	for k, v := range in.faults {
 		rep.faults[k] = v
 	}
@@ -335,7 +335,7 @@ func chaosFaultSummary(f map[string]int) string {
 }
 
 // print writes the report; its last line is "N passed, N failed".
-func (r *chaosReport) print(w io.Writer) {
+func (r *Report) print(w io.Writer) {
 	fmt.Fprintln(w, "\nchecks:")
 	for _, c := range r.checks {
 		verdict := "PASS"
@@ -352,5 +352,8 @@ func (r *chaosReport) print(w io.Writer) {
 	fmt.Fprintf(w, "\naccepted=%d sent=%d lost=%d order_violations=%d duplicates=%d ambiguous_counted=%d duplicates_beyond_ambiguous=%d dead_lettered=%d provider_permanent=%d unexpected=%d\n",
 		r.accepted, r.sent, r.lost, r.orderViolations, r.duplicates, r.ambiguousCounted, r.beyondAmbiguous, r.deadLettered, r.permanentFailed, r.unexpected)
 	fmt.Fprintf(w, "faults: %s\n", chaosFaultSummary(r.faults))
-	fmt.Fprintf(w, "%d passed, %d failed\n", len(r.checks)-r.failed(), r.failed())
+	fmt.Fprintf(w, "%d passed, %d failed\n", len(r.checks)-r.Failed(), r.Failed())
 }
+
+// Checks is how many checks the report holds.
+func (r *Report) Checks() int { return len(r.checks) }

@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"errors"
@@ -163,8 +163,8 @@ func TestChaosJudge(t *testing.T) {
 			if strings.Join(failed, "|") != strings.Join(want, "|") {
 				t.Errorf("failed checks %q, want %q", failed, want)
 			}
-			if rep.failed() != len(want) {
-				t.Errorf("failed() = %d, want %d", rep.failed(), len(want))
+			if rep.Failed() != len(want) {
+				t.Errorf("failed() = %d, want %d", rep.Failed(), len(want))
 			}
 		})
 	}
@@ -174,14 +174,14 @@ func TestChaosJudge(t *testing.T) {
 // fault, the rare ones apart from each other.
 func TestChaosFaultPlan(t *testing.T) {
 	t.Parallel()
-	cfg := chaosConfig{Duration: 40 * time.Second, Seed: 7}.withDefaults()
+	cfg := Config{Duration: 40 * time.Second, Seed: 7}.withDefaults()
 	a, b := newFaultPlan(cfg), newFaultPlan(cfg)
-	if len(a.events) != len(b.events) {
-		t.Fatalf("same seed, %d and %d events", len(a.events), len(b.events))
+	if len(a.faults) != len(b.faults) {
+		t.Fatalf("same seed, %d and %d faults", len(a.faults), len(b.faults))
 	}
-	for i := range a.events {
-		if a.events[i] != b.events[i] {
-			t.Fatalf("same seed, event %d differs: %+v and %+v", i, a.events[i], b.events[i])
+	for i := range a.faults {
+		if a.faults[i].Kind() != b.faults[i].Kind() || a.faults[i].slot() != b.faults[i].slot() {
+			t.Fatalf("same seed, fault %d differs: %s %+v and %s %+v", i, a.faults[i].Kind(), a.faults[i].slot(), b.faults[i].Kind(), b.faults[i].slot())
 		}
 	}
 	k := a.kinds()
@@ -190,9 +190,12 @@ func TestChaosFaultPlan(t *testing.T) {
 			t.Errorf("no %s planned in %+v", kind, k)
 		}
 	}
-	for _, e := range a.events {
-		if e.kind == faultWorkerStall && e.at+e.pause > cfg.Duration {
-			t.Errorf("stall at %s for %s outlasts the load (%s)", e.at, e.pause, cfg.Duration)
+	if k[faultRollingDeploy] != 0 {
+		t.Errorf("%d rolling deploys planned by default, want none", k[faultRollingDeploy])
+	}
+	for _, f := range a.faults {
+		if s := f.slot(); f.Kind() == faultWorkerStall && s.at+s.pause > cfg.Duration {
+			t.Errorf("stall at %s for %s outlasts the load (%s)", s.at, s.pause, cfg.Duration)
 		}
 	}
 }

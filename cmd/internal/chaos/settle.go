@@ -1,4 +1,4 @@
-package main
+package chaos
 
 // What the run reads once the load has stopped: whether the system settled,
 // ordo's own view of every message, its dead letters and its count of
@@ -19,7 +19,7 @@ import (
 
 // quiesce waits until every accepted message was sent or permanently failed
 // and dead-lettered, or cfg.Quiesce passes.
-func (r *chaosRun) quiesce(ctx context.Context, l *chaosLedger) (bool, time.Duration) {
+func (r *run) quiesce(ctx context.Context, l *chaosLedger) (bool, time.Duration) {
 	start := time.Now()
 	deadline := start.Add(r.cfg.Quiesce)
 	for {
@@ -44,7 +44,7 @@ func (r *chaosRun) quiesce(ctx context.Context, l *chaosLedger) (bool, time.Dura
 // good — and returns the ones it does not. The provider's side can be
 // complete a little before ordo has written down the last outcomes (a
 // worker killed after a send is re-driven seconds later).
-func (r *chaosRun) engineView(ctx context.Context, l *chaosLedger, deadline time.Time) []string {
+func (r *run) engineView(ctx context.Context, l *chaosLedger, deadline time.Time) []string {
 	api := newChaosClient(r.apiURL)
 	todo := l.accepted()
 	for {
@@ -94,7 +94,7 @@ func (r *chaosRun) engineView(ctx context.Context, l *chaosLedger, deadline time
 // ambiguousCounts reads the engine's own count of ambiguous sends per step
 // (the step id is the callback data of each send): the one figure the
 // checker takes from ordo, to excuse exactly that many duplicates.
-func (r *chaosRun) ambiguousCounts(ctx context.Context) (map[string]int, error) {
+func (r *run) ambiguousCounts(ctx context.Context) (map[string]int, error) {
 	pool, err := pgxpool.New(ctx, r.dbURL)
 	if err != nil {
 		return nil, err
@@ -127,7 +127,7 @@ type chaosDeadLetter struct {
 
 // deadLetters lists every tenant's dead letters through the API, as a
 // tenant would see them.
-func (r *chaosRun) deadLetters(ctx context.Context) ([]chaosDeadLetter, error) {
+func (r *run) deadLetters(ctx context.Context) ([]chaosDeadLetter, error) {
 	api := newChaosClient(r.apiURL)
 	var out []chaosDeadLetter
 	for i, t := range r.tenants {

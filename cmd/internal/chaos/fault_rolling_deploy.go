@@ -1,0 +1,106 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ordo-dev/ordo/cmd/internal/proc"
+)
+
+// faultRollingDeploy is a deploy: every process in turn gets SIGTERM, is
+// waited for and started again, the API first, then each worker.
+const faultRollingDeploy = "rolling_deploy"
+
+// deployGrace is how long a SIGTERMed process has to exit before it is
+// killed: past `ordo serve`'s shutdown period (server.ShutdownPeriodDefault).
+const deployGrace = 40 * time.Second
+
+// rollingDeployKind rolls a deploy over every process RollingDeploys times.
+var rollingDeployKind = faultKind{
+	name: faultRollingDeploy,
+	plan: func(p *planner) []fault {
+		return p.place(p.cfg.RollingDeploys, p.cfg.Duration*3/4,
+			func() time.Duration { return 0 },
+			func(s slot) fault { return &rollingDeploy{s: s} })
+	},
+	summary: func(n int) string {
+		if n == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%d rolling deploys", n)
+	},
+}
+
+// rollingDeploy is one deploy under load. The contract says SIGTERM
+// finishes in-flight steps and exits, so a deploy causes no duplicate: the
+// checker holds every send delivered while a process was shutting down, and
+// delivered again later, against it (check.go, deployDuplicates).
+type rollingDeploy struct{ s slot }
+
+func (f *rollingDeploy) Kind() string { return faultRollingDeploy }
+func (f *rollingDeploy) Desc() string { return "SIGTERM, wait, restart: the API, then each worker" }
+func (f *rollingDeploy) slot() slot   { return f.s }
+
+// exclusive: no kill, stall or restart inside a deploy's windows, so that a
+// duplicate found there is the deploy's.
+func (f *rollingDeploy) exclusive() {}
+
+// Inject SIGTERMs each process in turn, waits for it to exit and starts it
+// again, recording each shutdown's window for the checker.
+func (f *rollingDeploy) Inject(ctx context.Context, r *run) bool {
+	r.log.fault(faultRollingDeploy, "SIGTERM, wait for the exit, restart: api, then %d workers one at a time", len(r.workers))
+	for _, p := range append([]*proc.Proc{r.api}, r.workers...) {
+		if ctx.Err() != nil {
+			return true
+		}
+		term := time.Now()
+		pid, exitErr, ok := p.Term(deployGrace)
+		exited := time.Now()
+		if !ok {
+			r.log.printf("deploy: %s is down or stalled; skipped", p.Name())
+			continue
+		}
+		r.recordDeploy(deployWindow{proc: p.Name(), term: term, exit: exited})
+		how := "exited cleanly"
+		if exitErr != nil {
+			how = exitErr.Error()
+		}
+		r.log.printf("deploy: SIGTERM %s (pid %d): %s after %s", p.Name(), pid, how, exited.Sub(term).Round(time.Millisecond))
+		if err := p.Start(); err != nil {
+			r.log.printf("deploy: restart %s: %v", p.Name(), err)
+		}
+		if p == r.api {
+			if err := r.waitAPI(ctx, time.Minute); err != nil {
+				r.log.printf("deploy: %v", err)
+			}
+		} else {
+			time.Sleep(time.Second) // the new worker takes its share before the next goes
+		}
+	}
+	return true
+}
+
+// Recover has nothing to put back: every process was started again.
+func (f *rollingDeploy) Recover(_ context.Context, r *run) {
+	r.log.printf("deploy done")
+}
+
+// deployWindow is one process's shutdown in a deploy: from SIGTERM to its
+// exit.
+type deployWindow struct {
+	proc       string
+	term, exit time.Time
+}
+
+func (r *run) recordDeploy(w deployWindow) {
+	r.deployMu.Lock()
+	defer r.deployMu.Unlock()
+	r.deploys = append(r.deploys, w)
+}
+
+func (r *run) deployWindows() []deployWindow {
+	r.deployMu.Lock()
+	defer r.deployMu.Unlock()
+	return append([]deployWindow(nil), r.deploys...)
+}
