@@ -194,7 +194,8 @@ type chaosTenant struct {
 	phoneNumberID string
 	accessToken   string
 	handlerSecret string
-	inbound       bool // some of its messages are inbound, answered by the handler
+	inbound       bool   // some of its messages are inbound, answered by the handler
+	ambiguous     string // its policy for ambiguous sends: resend or reconcile
 }
 
 // Run runs the whole thing and returns the checker's report, which it has
@@ -357,6 +358,7 @@ func (r *run) createTenants(ctx context.Context) error {
 		if i == 1 {
 			ambiguous = "reconcile"
 		}
+		t.ambiguous = ambiguous
 		if _, err := r.ordo(ctx, nil, "tenant", "update", "--slug", t.slug,
 			"--on-dead-letter", "skip", "--ambiguous", ambiguous, "--max-attempts", "25"); err != nil {
 			return err
@@ -456,6 +458,10 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		waited:      waited,
 		quiesce:     cfg.Quiesce,
 		logProblems: r.logProblems(),
+		deploys:     r.deployWindows(),
+	}
+	for _, t := range r.tenants {
+		in.policies = append(in.policies, t.ambiguous)
 	}
 	rep := chaosJudge(in)
 	rep.print(cfg.Out)

@@ -45,6 +45,8 @@ type chaosInput struct {
 	waited      time.Duration
 	quiesce     time.Duration
 	logProblems []string
+	deploys     []deployWindow // each process's shutdown in a rolling deploy
+	policies    []string       // per tenant: resend or reconcile
 }
 
 // chaosCheck is one verdict.
@@ -247,6 +249,14 @@ func chaosJudge(in chaosInput) *Report {
 	rep.add("no duplicate beyond the ambiguous sends counted", rep.beyondAmbiguous == 0 && in.ambErr == nil,
 		fmt.Sprintf("%d duplicates, %d ambiguous sends counted by the engine, %d duplicates beyond", rep.duplicates, rep.ambiguousCounted, rep.beyondAmbiguous), beyond...)
 
+	// 5b. A deploy sends nothing twice (contract 9): SIGTERM lets in-flight
+	// steps finish and record. Only when the run deployed.
+	if len(in.deploys) > 0 {
+		dups := deployDuplicates(in.sends, in.deploys, in.provider.faultDelivered, l.pnids, in.policies)
+		rep.add("no duplicate caused by a deploy", len(dups) == 0,
+			fmt.Sprintf("%d processes SIGTERMed and restarted; %d texts first delivered while one was shutting down and delivered again", len(in.deploys), len(dups)), dups...)
+	}
+
 	// 6. Dead letters: exactly the messages the provider failed for good.
 	rep.permanentFailed = len(in.provider.permanent)
 	rep.deadLettered = len(in.deadLetters)
@@ -327,6 +337,9 @@ func chaosJudge(in chaosInput) *Report {
 func chaosFaultSummary(f map[string]int) string {
 	kinds := []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall,
 		faultProvider500, faultProviderTimeout, faultProviderDelivered, faultProviderPairRate, faultProviderPermanent}
+	if f[faultRollingDeploy] > 0 { // optional: named only when the run deployed
+		kinds = append(kinds, faultRollingDeploy)
+	}
 	var parts []string
 	for _, k := range kinds {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, f[k]))
@@ -357,3 +370,60 @@ func (r *Report) print(w io.Writer) {
 
 // Checks is how many checks the report holds.
 func (r *Report) Checks() int { return len(r.checks) }
+
+// deployGap widens each deploy window: a send's request reaches the
+// provider a moment before or after the signal the process is handling.
+const deployGap = 500 * time.Millisecond
+
+// deployDuplicates lists the texts delivered more than once whose first
+// delivery came while a process was shutting down in a deploy (between
+// SIGTERM and its exit), leaving out those the provider itself made
+// ambiguous (answered with a fault after delivering). Deploys run alone
+// (no kill, stall or Postgres restart inside their windows), so such a
+// duplicate is the deploy's: a send cut off before its result was
+// recorded, then sent again. Under either ambiguous policy it fails the
+// run; the detail names the tenant's policy.
+func deployDuplicates(sends []chaosSend, deploys []deployWindow, faulted map[string]bool, pnids []string, policies []string) []string {
+	type first struct {
+		at time.Time
+		n  int
+	}
+	seen := make(map[string]*first)
+	var keys []string
+	for _, s := range sends {
+		k := chaosSendKey(s.PhoneNumberID, s.To, s.Text)
+		f := seen[k]
+		if f == nil {
+			f = &first{at: s.At}
+			seen[k] = f
+			keys = append(keys, k)
+		}
+		if s.At.Before(f.at) {
+			f.at = s.At
+		}
+		f.n++
+	}
+	policyOf := make(map[string]string, len(pnids))
+	for i, p := range pnids {
+		if i < len(policies) {
+			policyOf[p] = policies[i]
+		}
+	}
+	var out []string
+	for _, k := range keys {
+		f := seen[k]
+		if f.n < 2 || faulted[k] {
+			continue
+		}
+		for _, w := range deploys {
+			if f.at.After(w.term.Add(-deployGap)) && f.at.Before(w.exit.Add(deployGap)) {
+				pnid, _, _ := strings.Cut(k, "\x00")
+				out = append(out, fmt.Sprintf("%q delivered %d times, first while %s was shutting down (tenant policy %s)",
+					strings.ReplaceAll(k, "\x00", " "), f.n, w.proc, policyOf[pnid]))
+				break
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}

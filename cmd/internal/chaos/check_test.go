@@ -247,3 +247,42 @@ func TestChaosStartedEarly(t *testing.T) {
 		}
 	}
 }
+
+// TestDeployDuplicates: a text delivered again after its first delivery
+// came during a deploy's shutdown window is the deploy's duplicate, unless
+// the provider made that delivery ambiguous itself.
+func TestDeployDuplicates(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now()
+	deploys := []deployWindow{{proc: "worker-1", term: t0.Add(10 * time.Second), exit: t0.Add(12 * time.Second)}}
+	send := func(text string, at time.Duration) chaosSend {
+		return chaosSend{PhoneNumberID: "P0", To: "c", Text: text, At: t0.Add(at)}
+	}
+	for _, tc := range []struct {
+		name    string
+		sends   []chaosSend
+		faulted []string
+		want    int
+	}{
+		{"sent once in the window", []chaosSend{send("a", 11*time.Second)}, nil, 0},
+		{"sent again after a delivery in the window", []chaosSend{send("a", 11*time.Second), send("a", 20*time.Second)}, nil, 1},
+		{"first delivery just before SIGTERM", []chaosSend{send("a", 9800*time.Millisecond), send("a", 20*time.Second)}, nil, 1},
+		{"first delivery long before the deploy", []chaosSend{send("a", 2*time.Second), send("a", 11*time.Second)}, nil, 0},
+		{"first delivery after the exit", []chaosSend{send("a", 14*time.Second), send("a", 20*time.Second)}, nil, 0},
+		{"the provider's own ambiguity", []chaosSend{send("a", 11*time.Second), send("a", 20*time.Second)}, []string{chaosSendKey("P0", "c", "a")}, 0},
+	} {
+		faulted := make(map[string]bool)
+		for _, k := range tc.faulted {
+			faulted[k] = true
+		}
+		got := deployDuplicates(tc.sends, deploys, faulted, []string{"P0"}, []string{"resend"})
+		if len(got) != tc.want {
+			t.Errorf("%s: %d deploy duplicates %q, want %d", tc.name, len(got), got, tc.want)
+		}
+		for _, d := range got {
+			if !strings.Contains(d, "worker-1") || !strings.Contains(d, "policy resend") {
+				t.Errorf("%s: detail %q does not name the process and the policy", tc.name, d)
+			}
+		}
+	}
+}
