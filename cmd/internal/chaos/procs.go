@@ -39,9 +39,7 @@ func (r *run) newProc(dir, name string, args ...string) *proc.Proc {
 		Env:          env,
 		LogPath:      filepath.Join(dir, name+".log"),
 		RestartAfter: time.Second,
-		OnUnexpectedExit: func(name string, err error) {
-			r.log.printf("%s exited on its own (%v); restarting it in 1s", name, err)
-		},
+		Logf:         r.log.printf,
 	})
 }
 

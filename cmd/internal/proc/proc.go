@@ -35,8 +35,9 @@ type Config struct {
 	// being asked to, after this pause (the crash run's processes may refuse
 	// to start while Postgres restarts). Zero: an unexpected exit is final.
 	RestartAfter time.Duration
-	// OnUnexpectedExit, if set, hears of each exit nobody asked for.
-	OnUnexpectedExit func(name string, err error)
+	// Logf, if set, is told of each exit nobody asked for and of a failed
+	// restart.
+	Logf func(format string, args ...any)
 }
 
 // Proc is a supervised child process. Its methods are safe for concurrent
@@ -125,14 +126,18 @@ func (p *Proc) watch(cmd *exec.Cmd, exited chan struct{}, f *os.File, stdout io.
 	if !unexpected || final {
 		return
 	}
-	if p.cfg.OnUnexpectedExit != nil {
-		p.cfg.OnUnexpectedExit(p.cfg.Name, err)
+	logf := p.cfg.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
 	}
-	if p.cfg.RestartAfter > 0 {
-		time.Sleep(p.cfg.RestartAfter)
-		if err := p.Start(); err != nil && p.cfg.OnUnexpectedExit != nil {
-			p.cfg.OnUnexpectedExit(p.cfg.Name, fmt.Errorf("restart: %w", err))
-		}
+	if p.cfg.RestartAfter <= 0 {
+		logf("%s exited on its own (%v)", p.cfg.Name, err)
+		return
+	}
+	logf("%s exited on its own (%v); restarting it in %s", p.cfg.Name, err, p.cfg.RestartAfter)
+	time.Sleep(p.cfg.RestartAfter)
+	if err := p.Start(); err != nil {
+		logf("restart %s: %v", p.cfg.Name, err)
 	}
 }
 
