@@ -376,8 +376,8 @@ func (r *Report) Checks() int { return len(r.checks) }
 const deployGap = 500 * time.Millisecond
 
 // deployDuplicates lists the texts delivered more than once whose first
-// delivery came while a process was shutting down in a deploy (between
-// SIGTERM and its exit), leaving out those the provider itself made
+// delivery came while a process was shutting down in a deploy (from the
+// provider's hold before SIGTERM to the exit), leaving out those the provider itself made
 // ambiguous (answered with a fault after delivering). Deploys run alone
 // (no kill, stall or Postgres restart inside their windows), so such a
 // duplicate is the deploy's: a send cut off before its result was
@@ -416,7 +416,7 @@ func deployDuplicates(sends []chaosSend, deploys []deployWindow, faulted map[str
 			continue
 		}
 		for _, w := range deploys {
-			if f.at.After(w.term.Add(-deployGap)) && f.at.Before(w.exit.Add(deployGap)) {
+			if f.at.After(w.from.Add(-deployGap)) && f.at.Before(w.exit.Add(deployGap)) {
 				pnid, _, _ := strings.Cut(k, "\x00")
 				out = append(out, fmt.Sprintf("%q delivered %d times, first while %s was shutting down (tenant policy %s)",
 					strings.ReplaceAll(k, "\x00", " "), f.n, w.proc, policyOf[pnid]))

@@ -254,7 +254,7 @@ func TestChaosStartedEarly(t *testing.T) {
 func TestDeployDuplicates(t *testing.T) {
 	t.Parallel()
 	t0 := time.Now()
-	deploys := []deployWindow{{proc: "worker-1", term: t0.Add(10 * time.Second), exit: t0.Add(12 * time.Second)}}
+	deploys := []deployWindow{{proc: "worker-1", from: t0.Add(10 * time.Second), term: t0.Add(10350 * time.Millisecond), exit: t0.Add(12 * time.Second)}}
 	send := func(text string, at time.Duration) chaosSend {
 		return chaosSend{PhoneNumberID: "P0", To: "c", Text: text, At: t0.Add(at)}
 	}

@@ -12,6 +12,11 @@ import (
 // waited for and started again, the API first, then each worker.
 const faultRollingDeploy = "rolling_deploy"
 
+// deployHold is how long the provider holds back its answers around a
+// worker's SIGTERM, so that the signal finds sends in flight: below the
+// run's send timeout, so the hold itself makes nothing ambiguous.
+const deployHold = 700 * time.Millisecond
+
 // deployGrace is how long a SIGTERMed process has to exit before it is
 // killed: past `ordo serve`'s shutdown period (server.ShutdownPeriodDefault).
 const deployGrace = 40 * time.Second
@@ -54,6 +59,14 @@ func (f *rollingDeploy) Inject(ctx context.Context, r *run) bool {
 		if ctx.Err() != nil {
 			return true
 		}
+		from := time.Now()
+		if p != r.api {
+			// Sends in flight when the signal comes: the provider holds its
+			// answers back a moment (recorded as delivered, answered late,
+			// well within the send timeout), as the stall does.
+			r.provider.slowDown(from.Add(deployHold+time.Second), deployHold)
+			time.Sleep(deployHold / 2)
+		}
 		term := time.Now()
 		pid, exitErr, ok := p.Term(deployGrace)
 		exited := time.Now()
@@ -61,7 +74,7 @@ func (f *rollingDeploy) Inject(ctx context.Context, r *run) bool {
 			r.log.printf("deploy: %s is down or stalled; skipped", p.Name())
 			continue
 		}
-		r.recordDeploy(deployWindow{proc: p.Name(), term: term, exit: exited})
+		r.recordDeploy(deployWindow{proc: p.Name(), from: from, term: term, exit: exited})
 		how := "exited cleanly"
 		if exitErr != nil {
 			how = exitErr.Error()
@@ -86,11 +99,12 @@ func (f *rollingDeploy) Recover(_ context.Context, r *run) {
 	r.log.printf("deploy done")
 }
 
-// deployWindow is one process's shutdown in a deploy: from SIGTERM to its
-// exit.
+// deployWindow is one process's shutdown in a deploy: from the moment the
+// provider began holding answers back (from), through SIGTERM (term), to
+// its exit.
 type deployWindow struct {
-	proc       string
-	term, exit time.Time
+	proc             string
+	from, term, exit time.Time
 }
 
 func (r *run) recordDeploy(w deployWindow) {
