@@ -90,6 +90,11 @@ type Config struct {
 	// graceful in the engine (issue 10): on today's engine a deploy
 	// duplicates sends, and the run says so.
 	RollingDeploys int
+	// SQLBatch, if positive, adds an application enqueuing through
+	// ordo.enqueue_message in its own transactions, SQLBatch conversations
+	// of every tenant in each, one in four rolled back (stresser_sql.go).
+	// Default 0 (none).
+	SQLBatch int
 	// Lease, StrandedAfter and SendTimeout are handed to the workers (see
 	// jobs.Config). Defaults 4s, 4s, 1.5s: a stalled or killed worker's
 	// conversations move on within seconds.
@@ -147,6 +152,8 @@ func (c Config) validate() error {
 		return errors.New("the ordo binary is required (--ordo)")
 	case c.RollingDeploys < 0:
 		return errors.New("--rolling-deploys: 0 or more")
+	case c.SQLBatch < 0:
+		return errors.New("--sql-batch: 0 or more")
 	case c.Clients < 1 || c.Rate <= 0:
 		return errors.New("--clients and --rate must be positive")
 	case c.WorkerKillMax < c.WorkerKillMin:
@@ -409,8 +416,14 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		defer close(done)
 		r.runFaults(ctx, faults)
 	}()
+	stressers := []stresser{ld, bad}
+	var sqlLoad *sqlBatches
+	if cfg.SQLBatch > 0 {
+		sqlLoad = newSQLBatches(r, ld.ledger)
+		stressers = append(stressers, sqlLoad)
+	}
 	var stressing sync.WaitGroup
-	for _, s := range []stresser{ld, bad} {
+	for _, s := range stressers {
 		stressing.Add(1)
 		go func() {
 			defer stressing.Done()
@@ -423,6 +436,11 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		return nil, ctx.Err()
 	}
 	r.log.printf("load stopped: %d messages offered; waiting for the system to settle", ld.Counts()["messages"])
+	if sqlLoad != nil {
+		c := sqlLoad.Counts()
+		r.log.printf("sql batches: %d transactions committed (%d messages), %d rolled back, %d retries of a transaction in doubt, %d never settled",
+			c["committed"], c["messages"], c["rolled_back"], c["retries"], c["unknown"])
+	}
 
 	settled, waited := r.quiesce(ctx, ld.ledger)
 	// Late sends of a stalled worker or a reconcile have a moment to show;
