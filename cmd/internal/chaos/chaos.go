@@ -90,9 +90,14 @@ type Config struct {
 	// graceful in the engine (issue 10): on today's engine a deploy
 	// duplicates sends, and the run says so.
 	RollingDeploys int
+	// OperatorResolves is how many dead letters an operator replays or
+	// skips (alternating from the seed) while their conversations are busy.
+	// Default 0 (none).
+	OperatorResolves int
 	// SQLBatch, if positive, adds an application enqueuing through
 	// ordo.enqueue_message in its own transactions, SQLBatch conversations
-	// of every tenant in each, one in four rolled back (stresser_sql.go).
+	// spread over every tenant in each, one in four rolled back
+	// (stresser_sql.go).
 	// Default 0 (none).
 	SQLBatch int
 	// Lease, StrandedAfter and SendTimeout are handed to the workers (see
@@ -152,6 +157,8 @@ func (c Config) validate() error {
 		return errors.New("the ordo binary is required (--ordo)")
 	case c.RollingDeploys < 0:
 		return errors.New("--rolling-deploys: 0 or more")
+	case c.OperatorResolves < 0:
+		return errors.New("--operator-resolves: 0 or more")
 	case c.SQLBatch < 0:
 		return errors.New("--sql-batch: 0 or more")
 	case c.Clients < 1 || c.Rate <= 0:
@@ -190,8 +197,9 @@ type run struct {
 	handler  *chaosHandler
 	tenants  []chaosTenant
 
-	deployMu sync.Mutex
-	deploys  []deployWindow // fault_rolling_deploy.go
+	windowMu    sync.Mutex
+	windows     []faultWindow     // fault_rolling_deploy.go
+	resolutions map[string]string // fault_operator_resolve.go: tenant index and message id → replayed|skipped
 }
 
 // chaosTenant is a tenant as the clients know it.
@@ -476,7 +484,8 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		waited:      waited,
 		quiesce:     cfg.Quiesce,
 		logProblems: r.logProblems(),
-		deploys:     r.deployWindows(),
+		deploys:     r.faultWindows(faultRollingDeploy),
+		resolves:    r.faultWindows(faultOperatorResolve),
 	}
 	for _, t := range r.tenants {
 		in.policies = append(in.policies, t.ambiguous)

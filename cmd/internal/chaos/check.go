@@ -45,8 +45,9 @@ type chaosInput struct {
 	waited      time.Duration
 	quiesce     time.Duration
 	logProblems []string
-	deploys     []deployWindow // each process's shutdown in a rolling deploy
-	policies    []string       // per tenant: resend or reconcile
+	deploys     []faultWindow // each process's shutdown in a rolling deploy
+	resolves    []faultWindow // each operator's replay or skip of a dead letter
+	policies    []string      // per tenant: resend or reconcile
 }
 
 // chaosCheck is one verdict.
@@ -252,9 +253,16 @@ func chaosJudge(in chaosInput) *Report {
 	// 5b. A deploy sends nothing twice (contract 9): SIGTERM lets in-flight
 	// steps finish and record. Only when the run deployed.
 	if len(in.deploys) > 0 {
-		dups := deployDuplicates(in.sends, in.deploys, in.provider.faultDelivered, l.pnids, in.policies)
+		dups := windowDuplicates(in.sends, in.deploys, in.provider.faultDelivered, l.pnids, in.policies)
 		rep.add("no duplicate caused by a deploy", len(dups) == 0,
 			fmt.Sprintf("%d processes SIGTERMed and restarted; %d texts first delivered while one was shutting down and delivered again", len(in.deploys), len(dups)), dups...)
+	}
+	// 5c. Likewise an operator's replay or skip of a dead letter while its
+	// conversation is busy: it must not take the conversation over.
+	if len(in.resolves) > 0 {
+		dups := windowDuplicates(in.sends, in.resolves, in.provider.faultDelivered, l.pnids, in.policies)
+		rep.add("no duplicate caused by a replay or skip", len(dups) == 0,
+			fmt.Sprintf("%d dead letters replayed or skipped while their conversations were busy; %d texts first delivered meanwhile and delivered again", len(in.resolves), len(dups)), dups...)
 	}
 
 	// 6. Dead letters: exactly the messages the provider failed for good.
@@ -337,8 +345,10 @@ func chaosJudge(in chaosInput) *Report {
 func chaosFaultSummary(f map[string]int) string {
 	kinds := []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall,
 		faultProvider500, faultProviderTimeout, faultProviderDelivered, faultProviderPairRate, faultProviderPermanent}
-	if f[faultRollingDeploy] > 0 { // optional: named only when the run deployed
-		kinds = append(kinds, faultRollingDeploy)
+	for _, k := range []string{faultRollingDeploy, faultOperatorResolve} {
+		if f[k] > 0 { // optional kinds: named only when the run had them
+			kinds = append(kinds, k)
+		}
 	}
 	var parts []string
 	for _, k := range kinds {
@@ -371,19 +381,20 @@ func (r *Report) print(w io.Writer) {
 // Checks is how many checks the report holds.
 func (r *Report) Checks() int { return len(r.checks) }
 
-// deployGap widens each deploy window: a send's request reaches the
+// deployGap widens each fault window: a send's request reaches the
 // provider a moment before or after the signal the process is handling.
 const deployGap = 500 * time.Millisecond
 
-// deployDuplicates lists the texts delivered more than once whose first
-// delivery came while a process was shutting down in a deploy (from the
-// provider's hold before SIGTERM to the exit), leaving out those the provider itself made
-// ambiguous (answered with a fault after delivering). Deploys run alone
+// windowDuplicates lists the texts delivered more than once whose first
+// delivery came inside a fault's window (a process shutting down in a
+// deploy: from the provider's hold before SIGTERM to the exit; an
+// operator's replay or skip), leaving out those the provider itself made
+// ambiguous (answered with a fault after delivering). Such faults run alone
 // (no kill, stall or Postgres restart inside their windows), so such a
-// duplicate is the deploy's: a send cut off before its result was
-// recorded, then sent again. Under either ambiguous policy it fails the
+// duplicate is theirs: a send cut off before its result was recorded, or
+// fenced out, then sent again. Under either ambiguous policy it fails the
 // run; the detail names the tenant's policy.
-func deployDuplicates(sends []chaosSend, deploys []deployWindow, faulted map[string]bool, pnids []string, policies []string) []string {
+func windowDuplicates(sends []chaosSend, deploys []faultWindow, faulted map[string]bool, pnids []string, policies []string) []string {
 	type first struct {
 		at time.Time
 		n  int
@@ -418,8 +429,8 @@ func deployDuplicates(sends []chaosSend, deploys []deployWindow, faulted map[str
 		for _, w := range deploys {
 			if f.at.After(w.from.Add(-deployGap)) && f.at.Before(w.exit.Add(deployGap)) {
 				pnid, _, _ := strings.Cut(k, "\x00")
-				out = append(out, fmt.Sprintf("%q delivered %d times, first while %s was shutting down (tenant policy %s)",
-					strings.ReplaceAll(k, "\x00", " "), f.n, w.proc, policyOf[pnid]))
+				out = append(out, fmt.Sprintf("%q delivered %d times, first while %s (tenant policy %s)",
+					strings.ReplaceAll(k, "\x00", " "), f.n, w.what, policyOf[pnid]))
 				break
 			}
 		}

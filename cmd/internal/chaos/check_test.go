@@ -251,10 +251,10 @@ func TestChaosStartedEarly(t *testing.T) {
 // TestDeployDuplicates: a text delivered again after its first delivery
 // came during a deploy's shutdown window is the deploy's duplicate, unless
 // the provider made that delivery ambiguous itself.
-func TestDeployDuplicates(t *testing.T) {
+func TestWindowDuplicates(t *testing.T) {
 	t.Parallel()
 	t0 := time.Now()
-	deploys := []deployWindow{{proc: "worker-1", from: t0.Add(10 * time.Second), term: t0.Add(10350 * time.Millisecond), exit: t0.Add(12 * time.Second)}}
+	deploys := []faultWindow{{kind: faultRollingDeploy, what: "worker-1 was shutting down", from: t0.Add(10 * time.Second), term: t0.Add(10350 * time.Millisecond), exit: t0.Add(12 * time.Second)}}
 	send := func(text string, at time.Duration) chaosSend {
 		return chaosSend{PhoneNumberID: "P0", To: "c", Text: text, At: t0.Add(at)}
 	}
@@ -275,7 +275,7 @@ func TestDeployDuplicates(t *testing.T) {
 		for _, k := range tc.faulted {
 			faulted[k] = true
 		}
-		got := deployDuplicates(tc.sends, deploys, faulted, []string{"P0"}, []string{"resend"})
+		got := windowDuplicates(tc.sends, deploys, faulted, []string{"P0"}, []string{"resend"})
 		if len(got) != tc.want {
 			t.Errorf("%s: %d deploy duplicates %q, want %d", tc.name, len(got), got, tc.want)
 		}

@@ -68,6 +68,7 @@ var faultKinds = []faultKind{
 	workerStallKind,
 	apiKillKind,
 	rollingDeployKind,
+	operatorResolveKind,
 }
 
 // planner draws the plan from the seed: the periodic faults first, then the
@@ -138,7 +139,7 @@ func (p *faultPlan) kinds() map[string]int {
 }
 
 // planShown is the order in which the plan line names the kinds.
-var planShown = []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall, faultRollingDeploy}
+var planShown = []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall, faultRollingDeploy, faultOperatorResolve}
 
 func (p *faultPlan) print(l *faultLog) {
 	k := p.kinds()

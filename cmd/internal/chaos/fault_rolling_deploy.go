@@ -40,7 +40,7 @@ var rollingDeployKind = faultKind{
 // rollingDeploy is one deploy under load. The contract says SIGTERM
 // finishes in-flight steps and exits, so a deploy causes no duplicate: the
 // checker holds every send delivered while a process was shutting down, and
-// delivered again later, against it (check.go, deployDuplicates).
+// delivered again later, against it (check.go, windowDuplicates).
 type rollingDeploy struct{ s slot }
 
 func (f *rollingDeploy) Kind() string { return faultRollingDeploy }
@@ -74,7 +74,7 @@ func (f *rollingDeploy) Inject(ctx context.Context, r *run) bool {
 			r.log.printf("deploy: %s is down or stalled; skipped", p.Name())
 			continue
 		}
-		r.recordDeploy(deployWindow{proc: p.Name(), from: from, term: term, exit: exited})
+		r.recordWindow(faultWindow{kind: faultRollingDeploy, what: p.Name() + " was shutting down", from: from, term: term, exit: exited})
 		how := "exited cleanly"
 		if exitErr != nil {
 			how = exitErr.Error()
@@ -99,22 +99,32 @@ func (f *rollingDeploy) Recover(_ context.Context, r *run) {
 	r.log.printf("deploy done")
 }
 
-// deployWindow is one process's shutdown in a deploy: from the moment the
-// provider began holding answers back (from), through SIGTERM (term), to
-// its exit.
-type deployWindow struct {
-	proc             string
+// faultWindow is the time a fault that must cause no duplicate was at
+// work: from the moment the provider began holding answers back (from),
+// through the act itself (term: SIGTERM, the operator's command), to its
+// end (exit). The checker holds sends first delivered inside it against the
+// fault (check.go, windowDuplicates).
+type faultWindow struct {
+	kind             string
+	what             string // "worker-1 was shutting down", for the report
 	from, term, exit time.Time
 }
 
-func (r *run) recordDeploy(w deployWindow) {
-	r.deployMu.Lock()
-	defer r.deployMu.Unlock()
-	r.deploys = append(r.deploys, w)
+func (r *run) recordWindow(w faultWindow) {
+	r.windowMu.Lock()
+	defer r.windowMu.Unlock()
+	r.windows = append(r.windows, w)
 }
 
-func (r *run) deployWindows() []deployWindow {
-	r.deployMu.Lock()
-	defer r.deployMu.Unlock()
-	return append([]deployWindow(nil), r.deploys...)
+// faultWindows returns the recorded windows of one kind.
+func (r *run) faultWindows(kind string) []faultWindow {
+	r.windowMu.Lock()
+	defer r.windowMu.Unlock()
+	var out []faultWindow
+	for _, w := range r.windows {
+		if w.kind == kind {
+			out = append(out, w)
+		}
+	}
+	return out
 }
