@@ -198,8 +198,9 @@ type run struct {
 	tenants  []chaosTenant
 
 	windowMu    sync.Mutex
-	windows     []faultWindow     // fault_rolling_deploy.go
-	resolutions map[string]string // fault_operator_resolve.go: tenant index and message id → replayed|skipped
+	windows     []faultWindow        // fault_rolling_deploy.go
+	resolutions map[string]string    // fault_operator_resolve.go: tenant index and message id → replayed|skipped
+	replays     map[chaosConvKey]int // fault_operator_resolve.go: replays per conversation
 }
 
 // chaosTenant is a tenant as the clients know it.
@@ -486,6 +487,7 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		logProblems: r.logProblems(),
 		deploys:     r.faultWindows(faultRollingDeploy),
 		resolves:    r.faultWindows(faultOperatorResolve),
+		replays:     r.replaysPer(),
 	}
 	for _, t := range r.tenants {
 		in.policies = append(in.policies, t.ambiguous)

@@ -120,6 +120,26 @@ func TestChaosJudge(t *testing.T) {
 			in.ledger.answer(m, 200, chaosAnswer{ID: m.id, MessageID: m.id, ConversationID: m.conv, Seq: 9, Duplicate: true})
 		}, "accepted once"},
 		{"a seq skipped", func(in *chaosInput) { in.ledger.msgs[3].seq = 5 }, "seq is the clients' order, without gaps"},
+		{"a seq taken by an operator's replay", func(in *chaosInput) {
+			in.ledger.msgs[3].seq = 5
+			in.replays = map[chaosConvKey]int{{0, "c"}: 1}
+		}, ""},
+		{"two seqs taken, one replay", func(in *chaosInput) {
+			in.ledger.msgs[3].seq = 6
+			in.replays = map[chaosConvKey]int{{0, "c"}: 1}
+		}, "seq is the clients' order, without gaps"},
+		{"a deploy's duplicate", func(in *chaosInput) {
+			at := time.Now()
+			for i := range in.sends {
+				in.sends[i].At = at.Add(time.Duration(i) * time.Second)
+			}
+			again := in.sends[0]
+			again.At = at.Add(time.Minute)
+			in.sends = append(in.sends, again)
+			in.ambiguous = map[string]int{"1": 1} // the engine counted it: excused by the ambiguous check alone
+			in.policies = []string{"resend", "reconcile"}
+			in.deploys = []faultWindow{{kind: faultRollingDeploy, what: "worker-1 was shutting down", from: at.Add(-time.Second), term: at, exit: at.Add(200 * time.Millisecond)}}
+		}, "no duplicate caused by a deploy"},
 		{"an offer never answered", func(in *chaosInput) { in.ledger.count(1, 3, 1) }, "every offer answered 2xx"},
 		{"a valid offer refused", func(in *chaosInput) {
 			in.ledger.reject(in.ledger.msgs[0], 400, []byte(`{"error":{}}`))

@@ -105,7 +105,7 @@ func (f *operatorResolve) Inject(ctx context.Context, r *run) bool {
 		r.log.printf("dead-letter %s %s: %v", action, d.ID, err)
 		return false
 	}
-	r.recordResolution(tenant, d.MessageID, done)
+	r.recordResolution(tenant, d.ConversationID, d.MessageID, done)
 	r.log.fault(faultOperatorResolve, "ordo dead-letters %s --id %s (%s, conversation %.40q) while the provider holds answers %s",
 		action, d.ID, d.Tenant, d.ConversationID, deployHold)
 	// The window runs past the command by the hold: a drain fenced out by
@@ -120,13 +120,27 @@ func (f *operatorResolve) Recover(context.Context, *run) {}
 
 // recordResolution notes what the operator did to a message, for ordo's
 // view of it afterwards (settle.go).
-func (r *run) recordResolution(tenant int, messageID, resolution string) {
+func (r *run) recordResolution(tenant int, conv, messageID, resolution string) {
 	r.windowMu.Lock()
 	defer r.windowMu.Unlock()
 	if r.resolutions == nil {
-		r.resolutions = make(map[string]string)
+		r.resolutions, r.replays = make(map[string]string), make(map[chaosConvKey]int)
+	}
+	if resolution == "replayed" {
+		r.replays[chaosConvKey{tenant, conv}]++
 	}
 	r.resolutions[fmt.Sprint(tenant)+"\x00"+messageID] = resolution
+}
+
+// replaysPer returns the replays per conversation, for the checker.
+func (r *run) replaysPer() map[chaosConvKey]int {
+	r.windowMu.Lock()
+	defer r.windowMu.Unlock()
+	out := make(map[chaosConvKey]int, len(r.replays))
+	for k, n := range r.replays {
+		out[k] = n
+	}
+	return out
 }
 
 // resolution is what the operator did to a message: "", replayed, skipped.
