@@ -108,9 +108,9 @@ func (f *operatorResolve) Inject(ctx context.Context, r *run) bool {
 	r.recordResolution(tenant, d.ConversationID, d.MessageID, done)
 	r.log.fault(faultOperatorResolve, "ordo dead-letters %s --id %s (%s, conversation %.40q) while the provider holds answers %s",
 		action, d.ID, d.Tenant, d.ConversationID, deployHold)
-	// The window runs past the command by the hold: a drain fenced out by
-	// it would find out when its send is answered.
-	time.Sleep(deployHold)
+	// The window runs until every held answer went out: a drain fenced out
+	// by the command finds out when its send is answered.
+	r.settleHold()
 	r.recordWindow(faultWindow{kind: faultOperatorResolve, what: "dead letter " + d.ID + " was " + done, from: from, term: term, exit: time.Now()})
 	return true
 }

@@ -91,7 +91,15 @@ func (f *rollingDeploy) Inject(ctx context.Context, r *run) bool {
 			time.Sleep(time.Second) // the new worker takes its share before the next goes
 		}
 	}
+	r.settleHold()
 	return true
+}
+
+// settleHold waits until every answer the provider held back went out and
+// had a moment to be recorded: until then the fault's windows hold sends
+// in flight, and a kill that cut one would pass for the fault's doing.
+func (r *run) settleHold() {
+	time.Sleep(time.Until(r.provider.heldUntil().Add(deployGap)))
 }
 
 // Recover has nothing to put back: every process was started again.

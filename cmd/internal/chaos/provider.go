@@ -200,6 +200,13 @@ func (p *chaosProvider) slowDown(t time.Time, d time.Duration) {
 	p.slowTill, p.slowBy = t, d
 }
 
+// heldUntil is when the last answer held back by slowDown goes out.
+func (p *chaosProvider) heldUntil() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.slowTill.Add(p.slowBy)
+}
+
 // record returns a copy of what the provider did besides delivering.
 func (p *chaosProvider) record() chaosProviderRecord {
 	p.mu.Lock()
