@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // faultOperatorResolve is an operator replaying or skipping a dead letter
@@ -35,8 +37,9 @@ var operatorResolveKind = faultKind{
 
 // operatorResolve is `ordo dead-letters replay|skip --id N` run while the
 // dead letter's conversation has moved on (every chaos tenant skips) and is
-// busy with sends: the provider holds its answers back a moment, as for a
-// stall, so drains are mid-send. The contract: replay and skip never take
+// busy: the provider holds its answers back, as for a stall, and the
+// operator picks an open dead letter whose conversation has a step in
+// flight (within resolveWait; else any open one, and the log says so). The contract: replay and skip never take
 // over a conversation they do not need to, so they cause no duplicate (the
 // checker judges sends first delivered in the window), and the replayed
 // message, failing for good again, is a dead letter again; the skipped one
@@ -65,31 +68,60 @@ func (f *operatorResolve) Inject(ctx context.Context, r *run) bool {
 	if f.skip {
 		action, done = "skip", "skipped"
 	}
-	var d struct {
+	type deadLetter struct {
 		ID             string `json:"id"`
 		Tenant         string `json:"tenant"`
 		MessageID      string `json:"message_id"`
 		ConversationID string `json:"conversation_id"`
 	}
-	for deadline := time.Now().Add(resolveWait); ; {
-		out, err := r.ordo(ctx, nil, "dead-letters", "list", "--state", "open")
-		if err != nil {
-			r.log.printf("dead-letter %s skipped: %v", action, err)
-			return false
+	// Answers are held back from now on, so that sends are in flight; the
+	// operator waits for a dead letter whose conversation has one.
+	r.provider.slowDown(time.Now().Add(resolveWait), deployHold)
+	var (
+		d        deadLetter
+		busy     bool
+		open     []deadLetter
+		listed   time.Time
+		deadline = time.Now().Add(resolveWait)
+	)
+	for !busy {
+		if time.Since(listed) > time.Second {
+			out, err := r.ordo(ctx, nil, "dead-letters", "list", "--state", "open")
+			if err != nil {
+				r.log.printf("dead-letter %s skipped: %v", action, err)
+				r.provider.slowDown(time.Time{}, 0)
+				return false
+			}
+			open, listed = open[:0], time.Now()
+			sc := bufio.NewScanner(bytes.NewReader(out))
+			sc.Buffer(make([]byte, 1<<20), 1<<20)
+			for sc.Scan() {
+				var dl deadLetter
+				if json.Unmarshal(sc.Bytes(), &dl) == nil && dl.ID != "" {
+					open = append(open, dl)
+				}
+			}
 		}
-		sc := bufio.NewScanner(bytes.NewReader(out))
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for d.ID == "" && sc.Scan() {
-			_ = json.Unmarshal(sc.Bytes(), &d)
+		inFlight := r.sendingConversations(ctx)
+		for _, dl := range open {
+			if inFlight[dl.Tenant+"\x00"+dl.ConversationID] {
+				d, busy = dl, true
+				break
+			}
 		}
-		if d.ID != "" {
+		if busy {
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			r.log.printf("dead-letter %s skipped: no open dead letter within %s", action, resolveWait)
-			return false
+			if len(open) == 0 {
+				r.log.printf("dead-letter %s skipped: no open dead letter within %s", action, resolveWait)
+				r.provider.slowDown(time.Time{}, 0)
+				return false
+			}
+			d = open[0] // none busy: resolve one anyway
+			break
 		}
-		time.Sleep(time.Second)
+		time.Sleep(100 * time.Millisecond)
 	}
 	tenant := -1
 	for i, t := range r.tenants {
@@ -97,21 +129,25 @@ func (f *operatorResolve) Inject(ctx context.Context, r *run) bool {
 			tenant = i
 		}
 	}
-	from := time.Now()
-	r.provider.slowDown(from.Add(deployHold+time.Second), deployHold)
-	time.Sleep(deployHold / 2)
 	term := time.Now()
-	if _, err := r.ordo(ctx, nil, "dead-letters", action, "--id", d.ID); err != nil {
+	_, err := r.ordo(ctx, nil, "dead-letters", action, "--id", d.ID)
+	r.provider.slowDown(time.Now().Add(deployHold), deployHold) // held answers still go out late
+	if err != nil {
 		r.log.printf("dead-letter %s %s: %v", action, d.ID, err)
+		r.settleHold()
 		return false
 	}
+	state := "busy: a send in flight"
+	if !busy {
+		state = "idle: none of the open ones was busy within " + resolveWait.String()
+	}
 	r.recordResolution(tenant, d.ConversationID, d.MessageID, done)
-	r.log.fault(faultOperatorResolve, "ordo dead-letters %s --id %s (%s, conversation %.40q) while the provider holds answers %s",
-		action, d.ID, d.Tenant, d.ConversationID, deployHold)
+	r.log.fault(faultOperatorResolve, "ordo dead-letters %s --id %s (%s, conversation %.40q, %s)",
+		action, d.ID, d.Tenant, d.ConversationID, state)
 	// The window runs until every held answer went out: a drain fenced out
 	// by the command finds out when its send is answered.
 	r.settleHold()
-	r.recordWindow(faultWindow{kind: faultOperatorResolve, what: "dead letter " + d.ID + " was " + done, from: from, term: term, exit: time.Now()})
+	r.recordWindow(faultWindow{kind: faultOperatorResolve, what: "dead letter " + d.ID + " was " + done, from: term.Add(-deployHold), term: term, exit: time.Now()})
 	return true
 }
 
@@ -148,4 +184,31 @@ func (r *run) resolution(tenant int, messageID string) string {
 	r.windowMu.Lock()
 	defer r.windowMu.Unlock()
 	return r.resolutions[fmt.Sprint(tenant)+"\x00"+messageID]
+}
+
+// sendingQuery lists the conversations with a step in flight.
+const sendingQuery = `
+SELECT DISTINCT t.slug, c.conversation_id
+FROM ordo.steps s JOIN ordo.messages m ON m.id = s.message_pk
+JOIN ordo.conversations c ON c.id = m.conversation_pk JOIN ordo.tenants t ON t.id = c.tenant_id
+WHERE s.status = 'running'`
+
+// sendingConversations returns the conversations (tenant slug and id) with
+// a step in flight now; empty if the database cannot tell.
+func (r *run) sendingConversations(ctx context.Context) map[string]bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, r.dbURL)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, _ := conn.Query(ctx, sendingQuery)
+	out := make(map[string]bool)
+	var slug, conv string
+	_, _ = pgx.ForEachRow(rows, []any{&slug, &conv}, func() error {
+		out[slug+"\x00"+conv] = true
+		return nil
+	})
+	return out
 }
