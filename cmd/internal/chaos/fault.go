@@ -40,6 +40,13 @@ type exclusive interface {
 	exclusive()
 }
 
+// skippable is a periodic fault that is skipped, rather than delayed, when
+// an exclusive fault is under way at its time: delayed ones would all
+// strike at once when it ends (every worker killed together).
+type skippable interface {
+	skippable()
+}
+
 // slot is a fault's place in the plan.
 type slot struct {
 	at     time.Duration // from the start of the load
@@ -174,10 +181,19 @@ func (r *run) runFaults(ctx context.Context, plan *faultPlan) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, ok := f.(exclusive); ok {
+			_, excl := f.(exclusive)
+			_, skip := f.(skippable)
+			switch {
+			case excl:
 				alone.Lock()
 				defer alone.Unlock()
-			} else {
+			case skip:
+				if !alone.TryRLock() {
+					r.log.printf("%s skipped: an exclusive fault is under way", f.Kind())
+					return
+				}
+				defer alone.RUnlock()
+			default:
 				alone.RLock()
 				defer alone.RUnlock()
 			}
