@@ -268,7 +268,7 @@ func chaosJudge(in chaosInput) *Report {
 	if len(in.resolves) > 0 {
 		dups := windowDuplicates(in.sends, in.resolves, in.provider.faultDelivered, l.pnids, in.policies)
 		rep.add("no duplicate caused by a replay or skip", len(dups) == 0,
-			fmt.Sprintf("%d dead letters replayed or skipped while their conversations were busy; %d texts first delivered meanwhile and delivered again", len(in.resolves), len(dups)), dups...)
+			fmt.Sprintf("%d dead letters replayed or skipped under load; %d texts first delivered meanwhile and delivered again", len(in.resolves), len(dups)), dups...)
 	}
 
 	// 6. Dead letters: exactly the messages the provider failed for good.
