@@ -18,7 +18,8 @@ const faultRollingDeploy = "rolling_deploy"
 const deployHold = 700 * time.Millisecond
 
 // deployGrace is how long a SIGTERMed process has to exit before it is
-// killed: past `ordo serve`'s shutdown period (server.ShutdownPeriodDefault).
+// killed: past `ordo serve`'s shutdown period (the workers' stop timeout plus
+// server.ShutdownMargin).
 const deployGrace = 40 * time.Second
 
 // rollingDeployKind rolls a deploy over every process RollingDeploys times.
