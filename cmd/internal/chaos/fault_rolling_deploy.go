@@ -13,9 +13,11 @@ import (
 const faultRollingDeploy = "rolling_deploy"
 
 // deployHold is how long the provider holds back its answers around a
-// worker's SIGTERM, so that the signal finds sends in flight: below the
-// run's send timeout, so the hold itself makes nothing ambiguous.
-const deployHold = 700 * time.Millisecond
+// worker's SIGTERM, so that the signal finds sends in flight: far below the
+// run's send timeout (1.5s), so that the hold itself makes nothing
+// ambiguous even on a loaded machine (at 700ms one send timed out on 2
+// shared cores and passed for the deploy's duplicate).
+const deployHold = 300 * time.Millisecond
 
 // deployGrace is how long a SIGTERMed process has to exit before it is
 // killed: past `ordo serve`'s shutdown period (the workers' stop timeout plus
