@@ -123,11 +123,15 @@ func (r *run) logProblems() []string {
 
 // benignPostgresErrors are the errors Postgres logs in a good run: the
 // ingest function refusing the prober's bad input, a statement cancelled
-// by a client that went away (a killed process, a timeout), a stale fence.
+// by a client that went away (a killed process, a timeout), a stale fence,
+// and ingest's bounded lock wait (engine.LockTimeout: only ingest sets
+// lock_timeout, and the message is answered 503 with Retry-After, which the
+// clients retry; "every offer answered 2xx" still holds them to an answer).
 var benignPostgresErrors = []string{
 	"conversation_id: ", "message_id: ", "direction: ", "payload: ",
 	"canceling statement due to user request",
 	"stale fencing token",
+	"canceling statement due to lock timeout",
 }
 
 // postgresErrors lists the errors in Postgres's log that no good run has: a
