@@ -261,7 +261,7 @@ func chaosJudge(in chaosInput) *Report {
 	if len(in.deploys) > 0 {
 		dups := windowDuplicates(in.sends, in.deploys, in.provider.faultDelivered, l.pnids, in.policies)
 		rep.add("no duplicate caused by a deploy", len(dups) == 0,
-			fmt.Sprintf("%d processes SIGTERMed and restarted; %d texts first delivered while one was shutting down and delivered again", len(in.deploys), len(dups)), dups...)
+			fmt.Sprintf("%d workers SIGTERMed and restarted; %d texts first delivered while one was shutting down and delivered again", len(in.deploys), len(dups)), dups...)
 	}
 	// 5c. Likewise an operator's replay or skip of a dead letter while its
 	// conversation is busy: it must not take the conversation over.

@@ -77,7 +77,13 @@ func (f *rollingDeploy) Inject(ctx context.Context, r *run) bool {
 			r.log.printf("deploy: %s is down or stalled; skipped", p.Name())
 			continue
 		}
-		r.recordWindow(faultWindow{kind: faultRollingDeploy, what: p.Name() + " was shutting down", from: from, term: term, exit: exited})
+		if p != r.api {
+			// Only workers send: the API's shutdown (its in-flight
+			// requests, seconds on a loaded machine) is no send's window,
+			// and a send that timed out meanwhile would pass for its
+			// duplicate.
+			r.recordWindow(faultWindow{kind: faultRollingDeploy, what: p.Name() + " was shutting down", from: from, term: term, exit: exited})
+		}
 		how := "exited cleanly"
 		if exitErr != nil {
 			how = exitErr.Error()

@@ -40,6 +40,9 @@ func (f *workerKill) Desc() string {
 }
 func (f *workerKill) slot() slot { return f.s }
 
+// skippable: one kill less is no loss, a burst of them is another fault.
+func (f *workerKill) skippable() {}
+
 // Inject kills the planned worker, or the next one that is up and not
 // stalled.
 func (f *workerKill) Inject(_ context.Context, r *run) bool {
