@@ -2,8 +2,9 @@
 #   make dev     everything on one machine, Postgres included
 #   make test    every package's tests against a throwaway Postgres
 #                (make test ARGS="-run TestX ./engine/..." narrows it)
-#   make bench   the benchmark      (make bench ARGS="--scenario hot")
-#   make chaos   the crash run      (make chaos ARGS="--duration 1m")
+#   make bench   the benchmark      (make bench ARGS="--scenario hot"), cmd/ordo-bench
+#   make chaos   the crash run      (make chaos ARGS="--duration 1m"), cmd/ordo-chaos
+#                driving bin/ordo, which it builds first
 #   make fuzz    every Fuzz target for FUZZTIME each
 #   make lint    gofmt and go vet
 #   make build   bin/ordo
@@ -25,11 +26,13 @@ dev:
 test:
 	$(ORDO) testenv -- $(TEST)
 
+# The harnesses are binaries of their own: the product links none of them.
 bench:
-	$(ORDO) bench $(ARGS)
+	$(GO) run ./cmd/ordo-bench $(ARGS)
 
-chaos:
-	$(ORDO) chaos $(ARGS)
+# The crash run starts the product binary as an operator would.
+chaos: build
+	$(GO) run ./cmd/ordo-chaos --ordo bin/ordo $(ARGS)
 
 # Fuzz targets are found by name in the *_test.go files; each runs for
 # FUZZTIME against its own throwaway Postgres (a target may use sqltest).

@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+
+	"github.com/ordo-dev/ordo/cmd/internal/cli"
 )
 
 const apiKeyUsage = "ordo apikey create --tenant S | revoke --prefix P | list --tenant S"
 
 // runAPIKey is `ordo apikey create|revoke|list`.
-func runAPIKey(ctx context.Context, env *environment, args []string) error {
+func runAPIKey(ctx context.Context, env *cli.Env, args []string) error {
 	action, rest, err := subcommand(args, apiKeyUsage)
 	if err != nil {
 		return err
@@ -26,10 +28,10 @@ func runAPIKey(ctx context.Context, env *environment, args []string) error {
 }
 
 // apiKeyCreate prints a new key: the only time it is shown.
-func apiKeyCreate(ctx context.Context, env *environment, args []string) error {
-	fs := newFlagSet(env, "apikey create")
+func apiKeyCreate(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "ordo apikey create")
 	slug := fs.String("tenant", "", "the tenant's slug (required)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := requireFlag("tenant", *slug); err != nil {
@@ -44,17 +46,17 @@ func apiKeyCreate(ctx context.Context, env *environment, args []string) error {
 	if err != nil {
 		return err
 	}
-	return printJSON(env.stdout, struct {
+	return cli.PrintJSON(env.Stdout, struct {
 		Tenant string `json:"tenant"`
 		APIKey string `json:"api_key"`
 		Prefix string `json:"prefix"`
 	}{*slug, key, prefix})
 }
 
-func apiKeyRevoke(ctx context.Context, env *environment, args []string) error {
-	fs := newFlagSet(env, "apikey revoke")
+func apiKeyRevoke(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "ordo apikey revoke")
 	prefix := fs.String("prefix", "", "the key's prefix, the 8 characters after ordo_ (required)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := requireFlag("prefix", *prefix); err != nil {
@@ -68,17 +70,17 @@ func apiKeyRevoke(ctx context.Context, env *environment, args []string) error {
 	if err := store.RevokeAPIKey(ctx, *prefix); err != nil {
 		return err
 	}
-	return printJSON(env.stdout, struct {
+	return cli.PrintJSON(env.Stdout, struct {
 		Prefix  string `json:"prefix"`
 		Revoked bool   `json:"revoked"`
 	}{*prefix, true})
 }
 
 // apiKeyList prints one JSON line per key, revoked ones included.
-func apiKeyList(ctx context.Context, env *environment, args []string) error {
-	fs := newFlagSet(env, "apikey list")
+func apiKeyList(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "ordo apikey list")
 	slug := fs.String("tenant", "", "the tenant's slug (required)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := requireFlag("tenant", *slug); err != nil {
@@ -94,7 +96,7 @@ func apiKeyList(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	for _, k := range keys {
-		if err := printJSON(env.stdout, k); err != nil {
+		if err := cli.PrintJSON(env.Stdout, k); err != nil {
 			return err
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/ordo-dev/ordo/cmd/internal/cli"
 )
 
 const credentialUsage = "ordo credential set --tenant S --name whatsapp --from-file F|-"
@@ -22,7 +24,7 @@ var expectedFields = map[string][]string{
 }
 
 // runCredential is `ordo credential set`.
-func runCredential(ctx context.Context, env *environment, args []string) error {
+func runCredential(ctx context.Context, env *cli.Env, args []string) error {
 	action, rest, err := subcommand(args, credentialUsage)
 	if err != nil {
 		return err
@@ -35,12 +37,12 @@ func runCredential(ctx context.Context, env *environment, args []string) error {
 
 // credentialSet stores a JSON object encrypted. The value is never echoed,
 // in output or in errors.
-func credentialSet(ctx context.Context, env *environment, args []string) error {
-	fs := newFlagSet(env, "credential set")
+func credentialSet(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "ordo credential set")
 	slug := fs.String("tenant", "", "the tenant's slug (required)")
 	name := fs.String("name", "", "the credential's name, e.g. whatsapp (required)")
 	from := fs.String("from-file", "", "a file holding the credential as a JSON object, or - for stdin (required)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	for _, f := range [][2]string{{"tenant", *slug}, {"name", *name}, {"from-file", *from}} {
@@ -66,7 +68,7 @@ func credentialSet(ctx context.Context, env *environment, args []string) error {
 	if err := vault.Put(ctx, pool, t.ID, *name, value); err != nil {
 		return err
 	}
-	return printJSON(env.stdout, struct {
+	return cli.PrintJSON(env.Stdout, struct {
 		Tenant     string `json:"tenant"`
 		Credential string `json:"credential"`
 		KeyID      string `json:"key_id"`
@@ -97,7 +99,7 @@ func readCredential(from string) (json.RawMessage, error) {
 
 // warnMissingFields names, on stderr, the expected fields the value lacks.
 // It prints field names only.
-func warnMissingFields(env *environment, name string, value json.RawMessage) {
+func warnMissingFields(env *cli.Env, name string, value json.RawMessage) {
 	want, ok := expectedFields[name]
 	if !ok {
 		return
@@ -114,6 +116,6 @@ func warnMissingFields(env *environment, name string, value json.RawMessage) {
 	}
 	if len(missing) > 0 {
 		sort.Strings(missing)
-		fmt.Fprintf(env.stderr, "ordo credential: warning: %s credential has no %s\n", name, strings.Join(missing, ", "))
+		fmt.Fprintf(env.Stderr, "ordo credential: warning: %s credential has no %s\n", name, strings.Join(missing, ", "))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/ordo-dev/ordo/cmd/internal/cli"
 	"github.com/ordo-dev/ordo/engine"
 )
 
@@ -11,7 +12,7 @@ const deadLettersUsage = "ordo dead-letters list [--tenant S] [--conversation C]
 
 // runDeadLetters is `ordo dead-letters list|replay|skip`, the operator's
 // side of the dead-letter API (any tenant).
-func runDeadLetters(ctx context.Context, env *environment, args []string) error {
+func runDeadLetters(ctx context.Context, env *cli.Env, args []string) error {
 	action, rest, err := subcommand(args, deadLettersUsage)
 	if err != nil {
 		return err
@@ -21,9 +22,9 @@ func runDeadLetters(ctx context.Context, env *environment, args []string) error 
 		return err
 	}
 	defer pool.Close()
-	eng := engine.New(pool, env.logger)
+	eng := engine.New(pool, env.Logger)
 
-	fs := newFlagSet(env, "dead-letters "+action)
+	fs := cli.NewFlagSet(env, "ordo dead-letters "+action)
 	switch action {
 	case "list":
 		tenant := fs.String("tenant", "", "only this tenant's (slug)")
@@ -31,7 +32,7 @@ func runDeadLetters(ctx context.Context, env *environment, args []string) error 
 		state := fs.String("state", "open", "open, resolved or all")
 		limit := fs.Int("limit", 100, "at most this many (1..500)")
 		after := fs.Int64("after", 0, "only ids greater than this (paging)")
-		if err := parseFlags(fs, rest); err != nil {
+		if err := cli.ParseFlags(fs, rest); err != nil {
 			return err
 		}
 		f := engine.DeadLetterFilter{ConversationID: *conv, State: *state, Limit: *limit, After: *after}
@@ -47,14 +48,14 @@ func runDeadLetters(ctx context.Context, env *environment, args []string) error 
 			return err
 		}
 		for _, d := range list {
-			if err := printJSON(env.stdout, d); err != nil {
+			if err := cli.PrintJSON(env.Stdout, d); err != nil {
 				return err
 			}
 		}
 		return nil
 	case "replay", "skip":
 		id := fs.String("id", "", "the dead letter's id")
-		if err := parseFlags(fs, rest); err != nil {
+		if err := cli.ParseFlags(fs, rest); err != nil {
 			return err
 		}
 		if err := requireFlag("id", *id); err != nil {
@@ -68,7 +69,7 @@ func runDeadLetters(ctx context.Context, env *environment, args []string) error 
 		if err != nil {
 			return fmt.Errorf("%s dead letter %s: %s", action, *id, engine.ErrorMessage(err))
 		}
-		return printJSON(env.stdout, d)
+		return cli.PrintJSON(env.Stdout, d)
 	}
 	return fmt.Errorf("unknown action %q; usage: %s", action, deadLettersUsage)
 }

@@ -16,9 +16,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ordo-dev/ordo/cmd/internal/cli"
+	"github.com/ordo-dev/ordo/cmd/internal/pgcluster"
+	"github.com/ordo-dev/ordo/cmd/internal/server"
 	"github.com/ordo-dev/ordo/jobs"
 	ordosql "github.com/ordo-dev/ordo/sql"
-	"github.com/ordo-dev/ordo/sql/pgcluster"
 	"github.com/ordo-dev/ordo/tenants"
 	"github.com/ordo-dev/ordo/web"
 )
@@ -35,9 +37,9 @@ type demoState struct {
 }
 
 // runDev is `ordo dev`: everything on one machine, for a first try.
-func runDev(ctx context.Context, env *environment, args []string) error {
-	fs := newFlagSet(env, "dev")
-	if err := parseFlags(fs, args); err != nil {
+func runDev(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "ordo dev")
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	dir, err := filepath.Abs(devDir)
@@ -48,15 +50,15 @@ func runDev(ctx context.Context, env *environment, args []string) error {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
 
-	databaseURL := env.databaseURL
+	databaseURL := env.DatabaseURL
 	if databaseURL == "" {
-		fmt.Fprintf(env.stderr, "starting a private PostgreSQL cluster in %s/pg …\n", dir)
-		cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg"), Logger: env.logger})
+		fmt.Fprintf(env.Stderr, "starting a private PostgreSQL cluster in %s/pg …\n", dir)
+		cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg"), Logger: env.Logger})
 		if err != nil {
 			return err
 		}
 		defer func() {
-			fmt.Fprintln(env.stderr, "stopping the private PostgreSQL cluster (its data stays for the next `make dev`)")
+			fmt.Fprintln(env.Stderr, "stopping the private PostgreSQL cluster (its data stays for the next `make dev`)")
 			_ = cluster.Stop(context.WithoutCancel(ctx))
 		}()
 		if err := cluster.CreateDatabase(ctx, "ordo"); err != nil {
@@ -68,7 +70,7 @@ func runDev(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 
-	keysText := env.masterKeys
+	keysText := env.MasterKeys
 	if keysText == "" {
 		if keysText, err = devSecret(filepath.Join(dir, "master.key"), func() (string, error) {
 			k, err := tenants.GenerateMasterKey()
@@ -81,7 +83,7 @@ func runDev(ctx context.Context, env *environment, args []string) error {
 	if err != nil {
 		return fmt.Errorf("master key: %w", err)
 	}
-	adminPassword := env.adminPassword
+	adminPassword := env.AdminPassword
 	if adminPassword == "" {
 		if adminPassword, err = devSecret(filepath.Join(dir, "admin-password"), randomHex); err != nil {
 			return err
@@ -90,13 +92,13 @@ func runDev(ctx context.Context, env *environment, args []string) error {
 
 	// The sandbox channel answers on this server unless a Cloud API URL is given.
 	// Loopback unless told otherwise: the sandbox shows message bodies.
-	addr := cmp.Or(env.addr, "127.0.0.1:8080")
+	addr := cmp.Or(env.Addr, "127.0.0.1:8080")
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("ORDO_ADDR %q: %w", addr, err)
 	}
 	base := "http://127.0.0.1:" + port
-	waURL := env.whatsappAPIURL
+	waURL := env.WhatsAppAPIURL
 	if waURL == "" {
 		waURL = base + "/sandbox/v23.0"
 	}
@@ -105,12 +107,12 @@ func runDev(ctx context.Context, env *environment, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := serverConfig{
-		role: "all", databaseURL: databaseURL, addr: addr, keys: keys,
-		jobs: jobs.Config{Workers: 20, WhatsAppAPIURL: waURL},
-		web:  web.Config{AdminPassword: adminPassword, Sandbox: true},
-		ready: func(string) {
-			fmt.Fprintf(env.stdout, `
+	cfg := server.Config{
+		Role: "all", DatabaseURL: databaseURL, Addr: addr, Keys: keys,
+		Jobs: jobs.Config{Workers: 20, WhatsAppAPIURL: waURL},
+		Web:  web.Config{AdminPassword: adminPassword, Sandbox: true},
+		Ready: func(string) {
+			fmt.Fprintf(env.Stdout, `
 ordo dev is running.
 
   API          %[1]s/v1   (Authorization: Bearer %[2]s)
@@ -128,7 +130,7 @@ Ctrl-C stops it; the data stays in %[5]s for the next start.
 `, base, demo.APIKey, adminPassword, redactURL(databaseURL), dir)
 		},
 	}
-	return serve(ctx, env, cfg)
+	return server.Run(ctx, env.Logger, cfg)
 }
 
 // ensureDemoTenant creates the demo tenant (sandbox credential, no handler)

@@ -4,13 +4,14 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/ordo-dev/ordo/cmd/internal/cli"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
 const keysUsage = "ordo keys rotate | keys generate"
 
 // runKeys is `ordo keys rotate|generate`.
-func runKeys(ctx context.Context, env *environment, args []string) error {
+func runKeys(ctx context.Context, env *cli.Env, args []string) error {
 	action, rest, err := subcommand(args, keysUsage)
 	if err != nil {
 		return err
@@ -28,8 +29,8 @@ func runKeys(ctx context.Context, env *environment, args []string) error {
 // keysRotate re-wraps every credential under the newest key of
 // ORDO_MASTER_KEYS. It is safe while servers run; once it reports, older
 // keys can be dropped from ORDO_MASTER_KEYS.
-func keysRotate(ctx context.Context, env *environment, args []string) error {
-	if err := parseFlags(newFlagSet(env, "keys rotate"), args); err != nil {
+func keysRotate(ctx context.Context, env *cli.Env, args []string) error {
+	if err := cli.ParseFlags(cli.NewFlagSet(env, "ordo keys rotate"), args); err != nil {
 		return err
 	}
 	pool, _, vault, err := openStores(ctx, env)
@@ -41,7 +42,7 @@ func keysRotate(ctx context.Context, env *environment, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w (%d credentials re-wrapped before it stopped)", err, n)
 	}
-	return printJSON(env.stdout, struct {
+	return cli.PrintJSON(env.Stdout, struct {
 		Rotated int    `json:"rotated"`
 		KeyID   string `json:"key_id"`
 	}{n, vault.KeyID()})
@@ -49,15 +50,15 @@ func keysRotate(ctx context.Context, env *environment, args []string) error {
 
 // keysGenerate prints a new master key as an ORDO_MASTER_KEYS entry; the
 // how-to goes to stderr so stdout can be captured as is.
-func keysGenerate(env *environment, args []string) error {
-	if err := parseFlags(newFlagSet(env, "keys generate"), args); err != nil {
+func keysGenerate(env *cli.Env, args []string) error {
+	if err := cli.ParseFlags(cli.NewFlagSet(env, "ordo keys generate"), args); err != nil {
 		return err
 	}
 	k, err := tenants.GenerateMasterKey()
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(env.stdout, k.Format())
-	fmt.Fprintf(env.stderr, "put it first in ORDO_MASTER_KEYS (newest first, comma-separated), restart ordo, then run `ordo keys rotate`\n")
+	fmt.Fprintln(env.Stdout, k.Format())
+	fmt.Fprintf(env.Stderr, "put it first in ORDO_MASTER_KEYS (newest first, comma-separated), restart ordo, then run `ordo keys rotate`\n")
 	return nil
 }

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ordo-dev/ordo/cmd/internal/cli"
 	ordosql "github.com/ordo-dev/ordo/sql"
 )
 
 // runMigrate is `ordo migrate up|down|version`.
-func runMigrate(ctx context.Context, env *environment, args []string) error {
-	if env.databaseURL == "" {
+func runMigrate(ctx context.Context, env *cli.Env, args []string) error {
+	if env.DatabaseURL == "" {
 		return errors.New("DATABASE_URL is not set")
 	}
 	if len(args) != 1 {
@@ -18,21 +19,21 @@ func runMigrate(ctx context.Context, env *environment, args []string) error {
 	}
 	switch args[0] {
 	case "up":
-		if err := ordosql.Up(env.databaseURL); err != nil {
+		if err := ordosql.Up(env.DatabaseURL); err != nil {
 			return err
 		}
 	case "down":
-		if err := ordosql.Down(env.databaseURL); err != nil {
+		if err := ordosql.Down(env.DatabaseURL); err != nil {
 			return err
 		}
 	case "version":
 	default:
 		return fmt.Errorf("unknown migrate action %q (want up, down or version)", args[0])
 	}
-	v, dirty, err := ordosql.Version(env.databaseURL)
+	v, dirty, err := ordosql.Version(env.DatabaseURL)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(env.stdout, "{\"version\":%d,\"dirty\":%t,\"latest\":%d}\n", v, dirty, ordosql.LatestVersion())
+	fmt.Fprintf(env.Stdout, "{\"version\":%d,\"dirty\":%t,\"latest\":%d}\n", v, dirty, ordosql.LatestVersion())
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/ordo-dev/ordo/cmd/internal/cli"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -13,7 +14,7 @@ const tenantUsage = "ordo tenant create --slug S [--name N] [--handler-url U] | 
 	"[--send-rate N] [--pair-gap D] | resume --slug S | list"
 
 // runTenant is `ordo tenant create|update|list`.
-func runTenant(ctx context.Context, env *environment, args []string) error {
+func runTenant(ctx context.Context, env *cli.Env, args []string) error {
 	action, rest, err := subcommand(args, tenantUsage)
 	if err != nil {
 		return err
@@ -34,12 +35,12 @@ func runTenant(ctx context.Context, env *environment, args []string) error {
 
 // tenantCreate prints the new tenant's API key and handler secret: the only
 // time either is shown.
-func tenantCreate(ctx context.Context, env *environment, args []string) error {
-	fs := newFlagSet(env, "tenant create")
+func tenantCreate(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "ordo tenant create")
 	slug := fs.String("slug", "", "the tenant's slug, [a-z0-9-]{1,63} (required)")
 	name := fs.String("name", "", "a human name")
 	handlerURL := fs.String("handler-url", "", "where inbound messages are POSTed for replies")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := requireFlag("slug", *slug); err != nil {
@@ -54,7 +55,7 @@ func tenantCreate(ctx context.Context, env *environment, args []string) error {
 	if err != nil {
 		return err
 	}
-	return printJSON(env.stdout, struct {
+	return cli.PrintJSON(env.Stdout, struct {
 		Tenant        string `json:"tenant"`
 		APIKey        string `json:"api_key"`
 		HandlerSecret string `json:"handler_secret"`
@@ -62,8 +63,8 @@ func tenantCreate(ctx context.Context, env *environment, args []string) error {
 }
 
 // tenantUpdate changes only the settings whose flags were given.
-func tenantUpdate(ctx context.Context, env *environment, args []string) error {
-	fs := newFlagSet(env, "tenant update")
+func tenantUpdate(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "ordo tenant update")
 	slug := fs.String("slug", "", "the tenant to change (required)")
 	handlerURL := fs.String("handler-url", "", `where inbound messages are POSTed; "" removes the handler`)
 	name := fs.String("name", "", "a human name")
@@ -72,7 +73,7 @@ func tenantUpdate(ctx context.Context, env *environment, args []string) error {
 	maxAttempts := fs.Int("max-attempts", 0, "attempts a step gets before its message is dead-lettered, 1..100")
 	sendRate := fs.Int("send-rate", 0, "WhatsApp sends per second for the tenant's phone number (default 80); 0 is unpaced")
 	pairGap := fs.Duration("pair-gap", 0, "minimum gap between two sends to one user, e.g. 6s; 0 is off")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := requireFlag("slug", *slug); err != nil {
@@ -110,16 +111,16 @@ func tenantUpdate(ctx context.Context, env *environment, args []string) error {
 	if err != nil {
 		return err
 	}
-	return printJSON(env.stdout, t)
+	return cli.PrintJSON(env.Stdout, t)
 }
 
 // tenantResume lifts a tenant's sending pause (set when Meta refused its
 // credential or account; fix that first) and wakes its waiting
 // conversations, which go on in order.
-func tenantResume(ctx context.Context, env *environment, args []string) error {
-	fs := newFlagSet(env, "tenant resume")
+func tenantResume(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "ordo tenant resume")
 	slug := fs.String("slug", "", "the tenant whose sending resumes (required)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := requireFlag("slug", *slug); err != nil {
@@ -134,15 +135,15 @@ func tenantResume(ctx context.Context, env *environment, args []string) error {
 	if err != nil {
 		return err
 	}
-	return printJSON(env.stdout, struct {
+	return cli.PrintJSON(env.Stdout, struct {
 		Tenant  string `json:"tenant"`
 		Resumed bool   `json:"resumed"`
 	}{*slug, resumed})
 }
 
 // tenantList prints one JSON line per tenant.
-func tenantList(ctx context.Context, env *environment, args []string) error {
-	if err := parseFlags(newFlagSet(env, "tenant list"), args); err != nil {
+func tenantList(ctx context.Context, env *cli.Env, args []string) error {
+	if err := cli.ParseFlags(cli.NewFlagSet(env, "ordo tenant list"), args); err != nil {
 		return err
 	}
 	pool, store, err := openTenantStore(ctx, env)
@@ -155,7 +156,7 @@ func tenantList(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	for _, t := range list {
-		if err := printJSON(env.stdout, t); err != nil {
+		if err := cli.PrintJSON(env.Stdout, t); err != nil {
 			return err
 		}
 	}

@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/ordo-dev/ordo/sql/pgcluster"
+	"github.com/ordo-dev/ordo/cmd/internal/cli"
+	"github.com/ordo-dev/ordo/cmd/internal/pgcluster"
 )
 
 const (
@@ -33,7 +31,7 @@ const (
 // PostgreSQL cluster (fast, non-durable settings) named by
 // ORDO_TEST_DATABASE_URL, which is stopped and deleted afterwards, also when
 // ordo is interrupted. ordo then exits with CMD's exit status.
-func runTestEnv(ctx context.Context, env *environment, args []string) error {
+func runTestEnv(ctx context.Context, env *cli.Env, args []string) error {
 	if len(args) > 0 && args[0] == "--" {
 		args = args[1:]
 	}
@@ -53,14 +51,14 @@ func runTestEnv(ctx context.Context, env *environment, args []string) error {
 
 // testEnv starts the cluster, runs the command and cleans up; it returns the
 // command's exit status.
-func testEnv(ctx context.Context, env *environment, args []string) (code int, err error) {
+func testEnv(ctx context.Context, env *cli.Env, args []string) (code int, err error) {
 	dir, err := os.MkdirTemp("", "ordo-testenv-")
 	if err != nil {
 		return 0, fmt.Errorf("create cluster directory: %w", err)
 	}
 	defer func() {
 		if rmErr := os.RemoveAll(dir); rmErr != nil {
-			fmt.Fprintf(env.stderr, "ordo testenv: remove %s: %v\n", dir, rmErr)
+			fmt.Fprintf(env.Stderr, "ordo testenv: remove %s: %v\n", dir, rmErr)
 		}
 	}()
 
@@ -68,18 +66,18 @@ func testEnv(ctx context.Context, env *environment, args []string) (code int, er
 		Dir:      dir,
 		Fast:     true,
 		Settings: map[string]string{"max_connections": testEnvMaxConnections},
-		Logger:   env.logger,
+		Logger:   env.Logger,
 	})
 	if err != nil {
-		stopLeftover(dir) // initdb or start may have got half way
+		pgcluster.StopLeftover(dir) // initdb or start may have got half way
 		return 0, fmt.Errorf("start throwaway postgres: %w", err)
 	}
 	defer func() {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), testEnvCleanupTimeout)
 		defer cancel()
 		if stopErr := cluster.Stop(stopCtx); stopErr != nil {
-			fmt.Fprintf(env.stderr, "ordo testenv: %v\n", stopErr)
-			stopLeftover(dir)
+			fmt.Fprintf(env.Stderr, "ordo testenv: %v\n", stopErr)
+			pgcluster.StopLeftover(dir)
 		}
 	}()
 
@@ -89,12 +87,12 @@ func testEnv(ctx context.Context, env *environment, args []string) (code int, er
 // runCommand runs args with extra added to the environment, in a process
 // group of its own so that an interrupt reaches everything it started (go
 // test's test binaries included), and returns its exit status.
-func runCommand(ctx context.Context, env *environment, args []string, extra ...string) (int, error) {
+func runCommand(ctx context.Context, env *cli.Env, args []string, extra ...string) (int, error) {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), extra...)
 	cmd.Stdin = os.Stdin
-	cmd.Stdout = env.stdout
-	cmd.Stderr = env.stderr
+	cmd.Stdout = env.Stdout
+	cmd.Stderr = env.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("run %s: %w", args[0], err)
@@ -126,29 +124,4 @@ func runCommand(ctx context.Context, env *environment, args []string, extra ...s
 		return 128 + int(status.Signal()), nil // the shell's convention
 	}
 	return exitErr.ExitCode(), nil
-}
-
-// stopLeftover shuts down, immediately, a server still running on the
-// cluster directory when the orderly stop failed, so that deleting the
-// directory leaves no server behind.
-func stopLeftover(dir string) {
-	b, err := os.ReadFile(filepath.Join(dir, "data", "postmaster.pid"))
-	if err != nil {
-		return
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
-	if err != nil || pid <= 0 {
-		return
-	}
-	// SIGQUIT is PostgreSQL's immediate shutdown.
-	if syscall.Kill(pid, syscall.SIGQUIT) != nil {
-		return
-	}
-	for range 100 {
-		if syscall.Kill(pid, 0) != nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/ordo-dev/ordo/cmd/internal/cli"
 	"github.com/ordo-dev/ordo/jobs/whatsapp"
 )
 
@@ -87,7 +88,7 @@ func (w *sendWorker) Work(ctx context.Context, job *river.Job[sendArgs]) error {
 }
 
 // runBaseline serves a baseline until ctx ends.
-func runBaseline(ctx context.Context, env *environment, cfg baselineConfig) error {
+func runBaseline(ctx context.Context, env *cli.Env, cfg baselineConfig) error {
 	data, err := os.ReadFile(cfg.tenantsFile)
 	if err != nil {
 		return fmt.Errorf("tenants file: %w", err)
@@ -108,7 +109,7 @@ func runBaseline(ctx context.Context, env *environment, cfg baselineConfig) erro
 		creds[t.Slug] = c
 	}
 
-	poolCfg, err := pgxpool.ParseConfig(env.databaseURL)
+	poolCfg, err := pgxpool.ParseConfig(env.DatabaseURL)
 	if err != nil {
 		return errors.New("parse DATABASE_URL: not a valid PostgreSQL URL")
 	}
@@ -120,7 +121,7 @@ func runBaseline(ctx context.Context, env *environment, cfg baselineConfig) erro
 	defer pool.Close()
 
 	worker := &sendWorker{
-		wa:     &whatsapp.Client{BaseURL: env.whatsappAPIURL, HTTP: &http.Client{Timeout: 10 * time.Second}},
+		wa:     &whatsapp.Client{BaseURL: env.WhatsAppAPIURL, HTTP: &http.Client{Timeout: 10 * time.Second}},
 		creds:  creds,
 		ttl:    cfg.redisTTL,
 		snooze: cfg.snooze,
@@ -140,7 +141,7 @@ func runBaseline(ctx context.Context, env *environment, cfg baselineConfig) erro
 		Workers:           workers,
 		FetchCooldown:     2 * time.Millisecond, // as jobs.NewRunner sets it for ordo
 		FetchPollInterval: 200 * time.Millisecond,
-		Logger:            env.logger.With(slog.String("component", "river")),
+		Logger:            env.Logger.With(slog.String("component", "river")),
 	}
 	if cfg.role != "api" {
 		rcfg.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.workers}}
@@ -158,7 +159,7 @@ func runBaseline(ctx context.Context, env *environment, cfg baselineConfig) erro
 	var srv *http.Server
 	addr := ""
 	if cfg.role != "worker" {
-		ln, err := net.Listen("tcp", env.addr)
+		ln, err := net.Listen("tcp", env.Addr)
 		if err != nil {
 			return err
 		}

@@ -1,28 +1,26 @@
-package main
+package chaos
 
 import (
 	"bytes"
 	"context"
-	"os"
-	"os/signal"
+	"os/exec"
+	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
 
-// chaosExecVar makes this test binary act as the ordo binary: the chaos
-// run's API and worker processes are this binary, race detector included.
-const chaosExecVar = "ORDO_CHAOS_EXEC"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(chaosExecVar) == "1" {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-		code := run(ctx, readEnvironment(), os.Args[1:])
-		stop()
-		os.Exit(code)
+// buildOrdo builds the product binary, race detector included, for the
+// run's API and worker processes: the chaos run drives ordo through its
+// binary, as an operator does.
+func buildOrdo(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "ordo")
+	out, err := exec.Command("go", "build", "-race", "-o", bin, "github.com/ordo-dev/ordo/cmd/ordo").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build -race ./cmd/ordo: %v\n%s", err, out)
 	}
-	os.Exit(m.Run())
+	return bin
 }
 
 // TestChaos is the short chaos run: 40 seconds of load with every kind of
@@ -32,12 +30,8 @@ func TestChaos(t *testing.T) {
 		t.Skip("the chaos run takes a minute or two")
 	}
 	t.Parallel()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out bytes.Buffer
-	rep, err := chaos(context.Background(), chaosConfig{
+	rep, err := Run(context.Background(), Config{
 		Duration:      40 * time.Second,
 		Conversations: 60,
 		Clients:       12,
@@ -45,15 +39,14 @@ func TestChaos(t *testing.T) {
 		Quiesce:       2 * time.Minute,
 		WorkerKillMin: 6 * time.Second,
 		WorkerKillMax: 10 * time.Second,
-		Exec:          []string{exe},
-		ExecEnv:       []string{chaosExecVar + "=1"},
+		Exec:          []string{buildOrdo(t)},
 		Out:           &out,
 	})
 	if err != nil {
 		t.Fatalf("chaos run: %v\n%s", err, out.String())
 	}
-	if rep.failed() > 0 {
-		t.Fatalf("%d checks failed:\n%s", rep.failed(), out.String())
+	if rep.Failed() > 0 {
+		t.Fatalf("%d checks failed:\n%s", rep.Failed(), out.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if last := lines[len(lines)-1]; !strings.HasSuffix(last, " 0 failed") {

@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"bytes"
@@ -28,7 +28,7 @@ const chaosAppSecret = "chaos-app-secret"
 // come as message webhooks, delivered 1 to 3 times. Like Meta, it redelivers
 // whatever was not answered 200.
 type chaosMeta struct {
-	r   *chaosRun
+	r   *run
 	api *chaosClient
 
 	mu       sync.Mutex
@@ -45,7 +45,7 @@ type chaosMetaRecord struct {
 	refused                          []string // answered 4xx
 }
 
-func newChaosMeta(r *chaosRun) *chaosMeta {
+func newChaosMeta(r *run) *chaosMeta {
 	return &chaosMeta{r: r, api: newChaosClient(r.apiURL)}
 }
 

@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"fmt"
@@ -45,6 +45,10 @@ type chaosInput struct {
 	waited      time.Duration
 	quiesce     time.Duration
 	logProblems []string
+	deploys     []faultWindow        // each process's shutdown in a rolling deploy
+	resolves    []faultWindow        // each operator's replay or skip of a dead letter
+	replays     map[chaosConvKey]int // dead letters replayed per conversation
+	policies    []string             // per tenant: resend or reconcile
 }
 
 // chaosCheck is one verdict.
@@ -55,8 +59,8 @@ type chaosCheck struct {
 	details []string
 }
 
-// chaosReport is the checker's answer.
-type chaosReport struct {
+// Report is the checker's answer.
+type Report struct {
 	checks []chaosCheck
 
 	offered, accepted, copies, retries int
@@ -68,7 +72,7 @@ type chaosReport struct {
 	faults                             map[string]int
 }
 
-func (r *chaosReport) failed() int {
+func (r *Report) Failed() int {
 	n := 0
 	for _, c := range r.checks {
 		if !c.ok {
@@ -78,7 +82,7 @@ func (r *chaosReport) failed() int {
 	return n
 }
 
-func (r *chaosReport) add(name string, ok bool, summary string, details ...string) {
+func (r *Report) add(name string, ok bool, summary string, details ...string) {
 	if len(details) > 20 {
 		details = append(details[:20], fmt.Sprintf("… %d more", len(details)-20))
 	}
@@ -86,11 +90,11 @@ func (r *chaosReport) add(name string, ok bool, summary string, details ...strin
 }
 
 // chaosJudge judges a run.
-func chaosJudge(in chaosInput) *chaosReport {
+func chaosJudge(in chaosInput) *Report {
 	l := in.ledger
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	rep := &chaosReport{offered: len(l.msgs), copies: l.copies, retries: l.retries, sent: len(in.sends), faults: map[string]int{}}
+	rep := &Report{offered: len(l.msgs), copies: l.copies, retries: l.retries, sent: len(in.sends), faults: map[string]int{}}
 	for k, v := range in.faults {
 		rep.faults[k] = v
 	}
@@ -141,14 +145,19 @@ func chaosJudge(in chaosInput) *chaosReport {
 		return convs[i].conv < convs[j].conv
 	})
 	for _, k := range convs {
+		// A dead letter replayed after its conversation moved on goes to
+		// the tail with a new seq: the operator's replays may each take a
+		// number between the clients' messages.
+		extra, prev := int64(in.replays[k]), int64(0)
 		for i, m := range l.order[k] {
 			if m.webhook {
 				break // a webhook's answer holds no seq
 			}
-			if m.seq != int64(i+1) {
-				gaps = append(gaps, fmt.Sprintf("tenant %d conversation %.40q: accepted #%d got seq %d", k.tenant, k.conv, i+1, m.seq))
+			if n := int64(i + 1); m.seq <= prev || m.seq < n || m.seq > n+extra {
+				gaps = append(gaps, fmt.Sprintf("tenant %d conversation %.40q: accepted #%d got seq %d (%d replays in it)", k.tenant, k.conv, i+1, m.seq, extra))
 				break
 			}
+			prev = m.seq
 		}
 	}
 	rep.add("seq is the clients' order, without gaps", len(gaps) == 0, fmt.Sprintf("%d conversations, %d out of line", len(convs), len(gaps)), gaps...)
@@ -247,6 +256,21 @@ func chaosJudge(in chaosInput) *chaosReport {
 	rep.add("no duplicate beyond the ambiguous sends counted", rep.beyondAmbiguous == 0 && in.ambErr == nil,
 		fmt.Sprintf("%d duplicates, %d ambiguous sends counted by the engine, %d duplicates beyond", rep.duplicates, rep.ambiguousCounted, rep.beyondAmbiguous), beyond...)
 
+	// 5b. A deploy sends nothing twice (contract 9): SIGTERM lets in-flight
+	// steps finish and record. Only when the run deployed.
+	if len(in.deploys) > 0 {
+		dups := windowDuplicates(in.sends, in.deploys, in.provider.faultDelivered, l.pnids, in.policies)
+		rep.add("no duplicate caused by a deploy", len(dups) == 0,
+			fmt.Sprintf("%d workers SIGTERMed and restarted; %d texts first delivered while one was shutting down and delivered again", len(in.deploys), len(dups)), dups...)
+	}
+	// 5c. Likewise an operator's replay or skip of a dead letter while its
+	// conversation is busy: it must not take the conversation over.
+	if len(in.resolves) > 0 {
+		dups := windowDuplicates(in.sends, in.resolves, in.provider.faultDelivered, l.pnids, in.policies)
+		rep.add("no duplicate caused by a replay or skip", len(dups) == 0,
+			fmt.Sprintf("%d dead letters replayed or skipped under load; %d texts first delivered meanwhile and delivered again", len(in.resolves), len(dups)), dups...)
+	}
+
 	// 6. Dead letters: exactly the messages the provider failed for good.
 	rep.permanentFailed = len(in.provider.permanent)
 	rep.deadLettered = len(in.deadLetters)
@@ -327,6 +351,11 @@ func chaosJudge(in chaosInput) *chaosReport {
 func chaosFaultSummary(f map[string]int) string {
 	kinds := []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall,
 		faultProvider500, faultProviderTimeout, faultProviderDelivered, faultProviderPairRate, faultProviderPermanent}
+	for _, k := range []string{faultRollingDeploy, faultOperatorResolve} {
+		if f[k] > 0 { // optional kinds: named only when the run had them
+			kinds = append(kinds, k)
+		}
+	}
 	var parts []string
 	for _, k := range kinds {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, f[k]))
@@ -335,7 +364,7 @@ func chaosFaultSummary(f map[string]int) string {
 }
 
 // print writes the report; its last line is "N passed, N failed".
-func (r *chaosReport) print(w io.Writer) {
+func (r *Report) print(w io.Writer) {
 	fmt.Fprintln(w, "\nchecks:")
 	for _, c := range r.checks {
 		verdict := "PASS"
@@ -352,5 +381,66 @@ func (r *chaosReport) print(w io.Writer) {
 	fmt.Fprintf(w, "\naccepted=%d sent=%d lost=%d order_violations=%d duplicates=%d ambiguous_counted=%d duplicates_beyond_ambiguous=%d dead_lettered=%d provider_permanent=%d unexpected=%d\n",
 		r.accepted, r.sent, r.lost, r.orderViolations, r.duplicates, r.ambiguousCounted, r.beyondAmbiguous, r.deadLettered, r.permanentFailed, r.unexpected)
 	fmt.Fprintf(w, "faults: %s\n", chaosFaultSummary(r.faults))
-	fmt.Fprintf(w, "%d passed, %d failed\n", len(r.checks)-r.failed(), r.failed())
+	fmt.Fprintf(w, "%d passed, %d failed\n", len(r.checks)-r.Failed(), r.Failed())
+}
+
+// Checks is how many checks the report holds.
+func (r *Report) Checks() int { return len(r.checks) }
+
+// deployGap widens each fault window: a send's request reaches the
+// provider a moment before or after the signal the process is handling.
+const deployGap = 500 * time.Millisecond
+
+// windowDuplicates lists the texts delivered more than once whose first
+// delivery came inside a fault's window (a process shutting down in a
+// deploy: from the provider's hold before SIGTERM to the exit; an
+// operator's replay or skip), leaving out those the provider itself made
+// ambiguous (answered with a fault after delivering). Such faults run alone
+// (no kill, stall or Postgres restart inside their windows), so such a
+// duplicate is theirs: a send cut off before its result was recorded, or
+// fenced out, then sent again. Under either ambiguous policy it fails the
+// run; the detail names the tenant's policy.
+func windowDuplicates(sends []chaosSend, deploys []faultWindow, faulted map[string]bool, pnids []string, policies []string) []string {
+	type first struct {
+		at time.Time
+		n  int
+	}
+	seen := make(map[string]*first)
+	var keys []string
+	for _, s := range sends {
+		k := chaosSendKey(s.PhoneNumberID, s.To, s.Text)
+		f := seen[k]
+		if f == nil {
+			f = &first{at: s.At}
+			seen[k] = f
+			keys = append(keys, k)
+		}
+		if s.At.Before(f.at) {
+			f.at = s.At
+		}
+		f.n++
+	}
+	policyOf := make(map[string]string, len(pnids))
+	for i, p := range pnids {
+		if i < len(policies) {
+			policyOf[p] = policies[i]
+		}
+	}
+	var out []string
+	for _, k := range keys {
+		f := seen[k]
+		if f.n < 2 || faulted[k] {
+			continue
+		}
+		for _, w := range deploys {
+			if f.at.After(w.from.Add(-deployGap)) && f.at.Before(w.exit.Add(deployGap)) {
+				pnid, _, _ := strings.Cut(k, "\x00")
+				out = append(out, fmt.Sprintf("%q delivered %d times, first while %s (tenant policy %s)",
+					strings.ReplaceAll(k, "\x00", " "), f.n, w.what, policyOf[pnid]))
+				break
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }

@@ -1,4 +1,8 @@
-package main
+// Package bench is the benchmark (cmd/ordo-bench, `make bench`): ordo
+// measured beside the field's ceiling, the field's usual pattern and the
+// physical floor, judged by a fake Cloud API. It is a harness, linked only
+// into its own binary, never into the product.
+package bench
 
 import (
 	"context"
@@ -9,9 +13,11 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ordo-dev/ordo/cmd/internal/cli"
 )
 
-// The benchmark (`ordo bench`, `make bench`) measures ordo side by side with
+// The benchmark (`ordo-bench`, `make bench`) measures ordo side by side with
 // the field's ceiling, the field's usual pattern and the physical floor, on
 // one private, durable PostgreSQL cluster, with the same load for each:
 //
@@ -39,7 +45,7 @@ var (
 	benchScenarios = []string{"spread", "hot", "latency", "backlog"}
 )
 
-// benchConfig is one `ordo bench` run. Sizes default to what finishes in a
+// benchConfig is one `ordo-bench` run. Sizes default to what finishes in a
 // few minutes on 2 cores; the issue's sizes are given in each flag's help.
 type benchConfig struct {
 	scenarios []string
@@ -78,12 +84,12 @@ type benchConfig struct {
 	keep bool
 }
 
-func parseBenchFlags(env *environment, args []string) (benchConfig, error) {
+func parseBenchFlags(env *cli.Env, args []string) (benchConfig, error) {
 	var (
 		c        benchConfig
 		scenario string
 		systems  string
-		fs       = newFlagSet(env, "bench")
+		fs       = cli.NewFlagSet(env, "ordo-bench")
 	)
 	fs.StringVar(&scenario, "scenario", "all", "spread|hot|latency|backlog|all, or a comma-separated list")
 	fs.StringVar(&systems, "systems", strings.Join(benchSystems, ","), "systems to measure, comma-separated")
@@ -107,7 +113,7 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, error) {
 	fs.DurationVar(&c.stall, "stall", 30*time.Second, "a run with no send for this long ends; what is missing is lost")
 	fs.StringVar(&c.profile, "profile", "", "directory for CPU profiles and pg_stat_statements tops per system and scenario (off when empty)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the cluster directory afterwards")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return c, err
 	}
 	var err error
@@ -166,10 +172,11 @@ func pickList(flagName, value string, known []string) ([]string, error) {
 	return out, nil
 }
 
-// runBench is `ordo bench`; with --child it is one system's process instead.
-func runBench(ctx context.Context, env *environment, args []string) error {
+// Main is `ordo-bench [flags]` (make bench); with --child first it is one
+// system's process instead.
+func Main(ctx context.Context, env *cli.Env, args []string) error {
 	if len(args) > 0 && args[0] == "--child" {
-		return runBenchChild(ctx, env, args[1:])
+		return runChild(ctx, env, args[1:])
 	}
 	cfg, err := parseBenchFlags(env, args)
 	if err != nil {
@@ -207,14 +214,14 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 			}
 			b.logf("%s / %s: %s", sc, sys, r.summary())
 			results = append(results, r)
-			if err := printJSON(out, r); err != nil {
+			if err := cli.PrintJSON(out, r); err != nil {
 				return err
 			}
 		}
 	}
-	printBenchTable(env.stdout, results)
-	printTargets(env.stdout, results)
-	fmt.Fprintf(env.stdout, "\nload average at the end: %s\nJSON lines: %s\n", loadAverage(), cfg.out)
+	printBenchTable(env.Stdout, results)
+	printTargets(env.Stdout, results)
+	fmt.Fprintf(env.Stdout, "\nload average at the end: %s\nJSON lines: %s\n", loadAverage(), cfg.out)
 	return nil
 }
 
@@ -248,5 +255,5 @@ func (b *benchEnv) run(ctx context.Context, l benchLoad, system string) (benchRe
 
 // logf reports progress on stderr; stdout carries only the results.
 func (b *benchEnv) logf(format string, args ...any) {
-	fmt.Fprintf(b.env.stderr, "bench %s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	fmt.Fprintf(b.env.Stderr, "bench %s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 }

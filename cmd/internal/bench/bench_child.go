@@ -1,7 +1,6 @@
-package main
+package bench
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,23 +8,24 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/ordo-dev/ordo/cmd/internal/cli"
+	"github.com/ordo-dev/ordo/cmd/internal/proc"
+	"github.com/ordo-dev/ordo/cmd/internal/server"
 	"github.com/ordo-dev/ordo/jobs"
 	"github.com/ordo-dev/ordo/jobs/whatsapp/whatsapptest"
 )
 
-// Every HTTP system runs in a process of its own (this binary, `ordo bench
-// --child …`), so that the load generator and the fake Cloud API in the
-// bench process do not count against it, and its peak RSS is its own. The
-// ordo child is `ordo serve` itself (serve() with the same jobs.Config a
-// production server gets).
+// Every HTTP system runs in a process of its own (this binary, `ordo-bench
+// --child …`, supervised by package proc), so that the load generator and
+// the fake Cloud API in the bench process do not count against it, and its
+// peak RSS is its own. The ordo child runs `ordo serve`'s own wiring
+// (server.Run with the same jobs.Config a production server gets).
 
 // childSpec is what one child process runs.
 type childSpec struct {
@@ -39,19 +39,17 @@ type childSpec struct {
 
 // benchChild is a running child process.
 type benchChild struct {
-	cmd     *exec.Cmd
-	addr    string // the REST address; empty for a worker
-	done    chan error
-	logPath string
+	p    *proc.Proc
+	addr string // the REST address; empty for a worker
 }
 
 // startChild starts a system and waits until it serves.
 func (b *benchEnv) startChild(ctx context.Context, s childSpec) (*benchChild, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("find the ordo binary: %w", err)
+		return nil, fmt.Errorf("find the ordo-bench binary: %w", err)
 	}
-	args := []string{"bench", "--child", "--system", s.system, "--role", s.role, "--workers", strconv.Itoa(b.cfg.workers)}
+	args := []string{exe, "--child", "--system", s.system, "--role", s.role, "--workers", strconv.Itoa(b.cfg.workers)}
 	if s.tenantsFile != "" {
 		args = append(args, "--tenants", s.tenantsFile)
 	}
@@ -61,93 +59,54 @@ func (b *benchEnv) startChild(ctx context.Context, s childSpec) (*benchChild, er
 	if s.cpuProfile != "" {
 		args = append(args, "--cpuprofile", s.cpuProfile)
 	}
-	cmd := exec.Command(exe, args...)
-	cmd.Env = append(os.Environ(),
-		"DATABASE_URL="+s.databaseURL,
-		"ORDO_ADDR=127.0.0.1:0",
-		"ORDO_MASTER_KEYS="+b.masterKey.Format(),
-		"ORDO_WHATSAPP_API_URL="+s.whatsappURL,
-		"ORDO_LOG_LEVEL=warn",
-	)
-	c := &benchChild{cmd: cmd, done: make(chan error, 1), logPath: filepath.Join(b.dir, fmt.Sprintf("run%d-%s-%s.log", b.runs, s.system, s.role))}
-	logFile, err := os.Create(c.logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stderr = logFile
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		logFile.Close()
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("start %s: %w", s.system, err)
-	}
 	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if addr, ok := strings.CutPrefix(sc.Text(), "ready "); ok {
+	c := &benchChild{p: proc.New(proc.Config{
+		Name: s.system + " (" + s.role + ")",
+		Argv: args,
+		Env: append(os.Environ(),
+			"DATABASE_URL="+s.databaseURL,
+			"ORDO_ADDR=127.0.0.1:0",
+			"ORDO_MASTER_KEYS="+b.masterKey.Format(),
+			"ORDO_WHATSAPP_API_URL="+s.whatsappURL,
+			"ORDO_LOG_LEVEL=warn",
+		),
+		LogPath: filepath.Join(b.dir, fmt.Sprintf("run%d-%s-%s.log", b.runs, s.system, s.role)),
+		Stdout: func(line string) {
+			if addr, ok := strings.CutPrefix(line, "ready "); ok {
 				ready <- addr
 			}
-		}
-		c.done <- cmd.Wait() // after the last read of stdout, as exec wants
-		logFile.Close()
-	}()
+		},
+	})}
+	if err := c.p.Start(); err != nil {
+		return nil, err
+	}
 	select {
 	case c.addr = <-ready:
 		return c, nil
-	case err := <-c.done:
-		c.done <- err
-		return nil, fmt.Errorf("%s (%s) exited before serving: %v%s", s.system, s.role, err, c.logTail())
+	case <-c.p.Done():
+		return nil, fmt.Errorf("%s (%s) exited before serving: %v%s", s.system, s.role, c.p.Err(), c.p.LogTail())
 	case <-time.After(time.Minute):
-		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("%s (%s) did not come up within a minute%s", s.system, s.role, c.logTail())
+		_, _ = c.p.Kill()
+		return nil, fmt.Errorf("%s (%s) did not come up within a minute%s", s.system, s.role, c.p.LogTail())
 	case <-ctx.Done():
-		_ = cmd.Process.Kill()
+		_, _ = c.p.Kill()
 		return nil, ctx.Err()
 	}
 }
 
 // peakRSSMB is the child's VmHWM so far.
-func (c *benchChild) peakRSSMB() float64 { return peakRSSMB(c.cmd.Process.Pid) }
+func (c *benchChild) peakRSSMB() float64 { return peakRSSMB(c.p.Pid()) }
 
 // cpuUsed is the CPU time the child used; valid once it exited.
-func (c *benchChild) cpuUsed() time.Duration {
-	if c.cmd.ProcessState == nil {
-		return 0
-	}
-	return c.cmd.ProcessState.UserTime() + c.cmd.ProcessState.SystemTime()
-}
+func (c *benchChild) cpuUsed() time.Duration { return c.p.CPUUsed() }
 
 // stop shuts the child down as an operator would (SIGTERM: graceful), and
 // kills it if it does not exit within a minute.
 func (c *benchChild) stop() error {
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-c.done:
-		c.done <- err
-		if err != nil {
-			return fmt.Errorf("child exited with %v%s", err, c.logTail())
-		}
-		return nil
-	case <-time.After(time.Minute):
-		_ = c.cmd.Process.Kill()
-		return fmt.Errorf("child did not stop within a minute; killed%s", c.logTail())
+	if err := c.p.Stop(time.Minute); err != nil {
+		return fmt.Errorf("child exited with %v%s", err, c.p.LogTail())
 	}
-}
-
-// logTail is the end of the child's log, for an error message.
-func (c *benchChild) logTail() string {
-	b, err := os.ReadFile(c.logPath)
-	if err != nil || len(b) == 0 {
-		return ""
-	}
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return "\n--- " + c.logPath + " (end) ---\n" + string(b)
+	return nil
 }
 
 // baselineTenant is one tenant as the baselines know it: they keep their
@@ -352,10 +311,10 @@ func (b *benchEnv) waitSends(ctx context.Context, wa *whatsapptest.Server, n int
 	}
 }
 
-// runBenchChild is `ordo bench --child --system S --role R …`: one system's
+// runChild is `ordo-bench --child --system S --role R …`: one system's
 // process.
-func runBenchChild(ctx context.Context, env *environment, args []string) error {
-	fs := newFlagSet(env, "bench --child")
+func runChild(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "ordo-bench --child")
 	var (
 		system     = fs.String("system", "", "ordo, river-plain or redis-lock")
 		role       = fs.String("role", "all", "all, api or worker")
@@ -366,7 +325,7 @@ func runBenchChild(ctx context.Context, env *environment, args []string) error {
 		snooze     = fs.Duration("redis-snooze", 50*time.Millisecond, "redis-lock: snooze when locked")
 		cpuProfile = fs.String("cpuprofile", "", "write a CPU profile here")
 	)
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *cpuProfile != "" {
@@ -380,17 +339,17 @@ func runBenchChild(ctx context.Context, env *environment, args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	ready := func(addr string) { fmt.Fprintln(env.stdout, "ready", addr) }
+	ready := func(addr string) { fmt.Fprintln(env.Stdout, "ready", addr) }
 	switch *system {
 	case "ordo":
-		keys, err := masterKeys(env)
+		keys, err := cli.MasterKeys(env)
 		if err != nil {
 			return err
 		}
-		return serve(ctx, env, serverConfig{
-			role: *role, databaseURL: env.databaseURL, addr: env.addr, keys: keys,
-			jobs:  jobs.Config{Workers: *workers, WhatsAppAPIURL: env.whatsappAPIURL},
-			ready: ready,
+		return server.Run(ctx, env.Logger, server.Config{
+			Role: *role, DatabaseURL: env.DatabaseURL, Addr: env.Addr, Keys: keys,
+			Jobs:  jobs.Config{Workers: *workers, WhatsAppAPIURL: env.WhatsAppAPIURL},
+			Ready: ready,
 		})
 	case "river-plain", "redis-lock":
 		return runBaseline(ctx, env, baselineConfig{

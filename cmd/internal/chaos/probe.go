@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"context"
@@ -21,7 +21,7 @@ const chaosRejected = "REJECTED"
 // exactly 256 characters, SQL-looking strings) must be accepted and sent as
 // they are.
 type chaosProber struct {
-	r      *chaosRun
+	r      *run
 	api    *chaosClient
 	ledger *chaosLedger
 
@@ -36,7 +36,7 @@ type chaosProbeResult struct {
 	firstWrong  string
 }
 
-func newChaosProber(r *chaosRun, l *chaosLedger) *chaosProber {
+func newChaosProber(r *run, l *chaosLedger) *chaosProber {
 	return &chaosProber{r: r, api: newChaosClient(r.apiURL), ledger: l, results: make(map[string]*chaosProbeResult)}
 }
 
@@ -187,7 +187,7 @@ func (p *chaosProber) cases() []chaosProbeCase {
 }
 
 // run goes through the cases, over and over, until loadCtx ends.
-func (p *chaosProber) run(loadCtx, answerCtx context.Context) {
+func (p *chaosProber) Stress(loadCtx, answerCtx context.Context) {
 	cases := p.cases()
 	for round := 1; ; round++ {
 		for _, c := range cases {
@@ -293,6 +293,16 @@ func (p *chaosProber) acceptedOf(t int) *chaosMsg {
 		}
 	}
 	return nil
+}
+
+// Counts is the bad requests sent and the ones answered wrong.
+func (p *chaosProber) Counts() map[string]int {
+	out := map[string]int{}
+	for _, s := range p.summary() {
+		out["requests"] += s.runs
+		out["wrong"] += s.wrong
+	}
+	return out
 }
 
 // summary lists each case with its counts, in name order.

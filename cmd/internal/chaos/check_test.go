@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"errors"
@@ -120,6 +120,26 @@ func TestChaosJudge(t *testing.T) {
 			in.ledger.answer(m, 200, chaosAnswer{ID: m.id, MessageID: m.id, ConversationID: m.conv, Seq: 9, Duplicate: true})
 		}, "accepted once"},
 		{"a seq skipped", func(in *chaosInput) { in.ledger.msgs[3].seq = 5 }, "seq is the clients' order, without gaps"},
+		{"a seq taken by an operator's replay", func(in *chaosInput) {
+			in.ledger.msgs[3].seq = 5
+			in.replays = map[chaosConvKey]int{{0, "c"}: 1}
+		}, ""},
+		{"two seqs taken, one replay", func(in *chaosInput) {
+			in.ledger.msgs[3].seq = 6
+			in.replays = map[chaosConvKey]int{{0, "c"}: 1}
+		}, "seq is the clients' order, without gaps"},
+		{"a deploy's duplicate", func(in *chaosInput) {
+			at := time.Now()
+			for i := range in.sends {
+				in.sends[i].At = at.Add(time.Duration(i) * time.Second)
+			}
+			again := in.sends[0]
+			again.At = at.Add(time.Minute)
+			in.sends = append(in.sends, again)
+			in.ambiguous = map[string]int{"1": 1} // the engine counted it: excused by the ambiguous check alone
+			in.policies = []string{"resend", "reconcile"}
+			in.deploys = []faultWindow{{kind: faultRollingDeploy, what: "worker-1 was shutting down", from: at.Add(-time.Second), term: at, exit: at.Add(200 * time.Millisecond)}}
+		}, "no duplicate caused by a deploy"},
 		{"an offer never answered", func(in *chaosInput) { in.ledger.count(1, 3, 1) }, "every offer answered 2xx"},
 		{"a valid offer refused", func(in *chaosInput) {
 			in.ledger.reject(in.ledger.msgs[0], 400, []byte(`{"error":{}}`))
@@ -163,8 +183,8 @@ func TestChaosJudge(t *testing.T) {
 			if strings.Join(failed, "|") != strings.Join(want, "|") {
 				t.Errorf("failed checks %q, want %q", failed, want)
 			}
-			if rep.failed() != len(want) {
-				t.Errorf("failed() = %d, want %d", rep.failed(), len(want))
+			if rep.Failed() != len(want) {
+				t.Errorf("failed() = %d, want %d", rep.Failed(), len(want))
 			}
 		})
 	}
@@ -174,14 +194,14 @@ func TestChaosJudge(t *testing.T) {
 // fault, the rare ones apart from each other.
 func TestChaosFaultPlan(t *testing.T) {
 	t.Parallel()
-	cfg := chaosConfig{Duration: 40 * time.Second, Seed: 7}.withDefaults()
+	cfg := Config{Duration: 40 * time.Second, Seed: 7}.withDefaults()
 	a, b := newFaultPlan(cfg), newFaultPlan(cfg)
-	if len(a.events) != len(b.events) {
-		t.Fatalf("same seed, %d and %d events", len(a.events), len(b.events))
+	if len(a.faults) != len(b.faults) {
+		t.Fatalf("same seed, %d and %d faults", len(a.faults), len(b.faults))
 	}
-	for i := range a.events {
-		if a.events[i] != b.events[i] {
-			t.Fatalf("same seed, event %d differs: %+v and %+v", i, a.events[i], b.events[i])
+	for i := range a.faults {
+		if a.faults[i].Kind() != b.faults[i].Kind() || a.faults[i].slot() != b.faults[i].slot() {
+			t.Fatalf("same seed, fault %d differs: %s %+v and %s %+v", i, a.faults[i].Kind(), a.faults[i].slot(), b.faults[i].Kind(), b.faults[i].slot())
 		}
 	}
 	k := a.kinds()
@@ -190,9 +210,12 @@ func TestChaosFaultPlan(t *testing.T) {
 			t.Errorf("no %s planned in %+v", kind, k)
 		}
 	}
-	for _, e := range a.events {
-		if e.kind == faultWorkerStall && e.at+e.pause > cfg.Duration {
-			t.Errorf("stall at %s for %s outlasts the load (%s)", e.at, e.pause, cfg.Duration)
+	if k[faultRollingDeploy] != 0 {
+		t.Errorf("%d rolling deploys planned by default, want none", k[faultRollingDeploy])
+	}
+	for _, f := range a.faults {
+		if s := f.slot(); f.Kind() == faultWorkerStall && s.at+s.pause > cfg.Duration {
+			t.Errorf("stall at %s for %s outlasts the load (%s)", s.at, s.pause, cfg.Duration)
 		}
 	}
 }
@@ -241,6 +264,45 @@ func TestChaosStartedEarly(t *testing.T) {
 		got := l.startedEarly(tc.start, 0, tc.id, settledOf(tc.settled...))
 		if (got != "") != tc.early {
 			t.Errorf("%s: startedEarly = %q, want early %v", tc.name, got, tc.early)
+		}
+	}
+}
+
+// TestDeployDuplicates: a text delivered again after its first delivery
+// came during a deploy's shutdown window is the deploy's duplicate, unless
+// the provider made that delivery ambiguous itself.
+func TestWindowDuplicates(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now()
+	deploys := []faultWindow{{kind: faultRollingDeploy, what: "worker-1 was shutting down", from: t0.Add(10 * time.Second), term: t0.Add(10350 * time.Millisecond), exit: t0.Add(12 * time.Second)}}
+	send := func(text string, at time.Duration) chaosSend {
+		return chaosSend{PhoneNumberID: "P0", To: "c", Text: text, At: t0.Add(at)}
+	}
+	for _, tc := range []struct {
+		name    string
+		sends   []chaosSend
+		faulted []string
+		want    int
+	}{
+		{"sent once in the window", []chaosSend{send("a", 11*time.Second)}, nil, 0},
+		{"sent again after a delivery in the window", []chaosSend{send("a", 11*time.Second), send("a", 20*time.Second)}, nil, 1},
+		{"first delivery just before SIGTERM", []chaosSend{send("a", 9800*time.Millisecond), send("a", 20*time.Second)}, nil, 1},
+		{"first delivery long before the deploy", []chaosSend{send("a", 2*time.Second), send("a", 11*time.Second)}, nil, 0},
+		{"first delivery after the exit", []chaosSend{send("a", 14*time.Second), send("a", 20*time.Second)}, nil, 0},
+		{"the provider's own ambiguity", []chaosSend{send("a", 11*time.Second), send("a", 20*time.Second)}, []string{chaosSendKey("P0", "c", "a")}, 0},
+	} {
+		faulted := make(map[string]bool)
+		for _, k := range tc.faulted {
+			faulted[k] = true
+		}
+		got := windowDuplicates(tc.sends, deploys, faulted, []string{"P0"}, []string{"resend"})
+		if len(got) != tc.want {
+			t.Errorf("%s: %d deploy duplicates %q, want %d", tc.name, len(got), got, tc.want)
+		}
+		for _, d := range got {
+			if !strings.Contains(d, "worker-1") || !strings.Contains(d, "policy resend") {
+				t.Errorf("%s: detail %q does not name the process and the policy", tc.name, d)
+			}
 		}
 	}
 }

@@ -1,23 +1,29 @@
-package main
-
-// `ordo chaos` is the crash and fault run. It starts a private Postgres, one
-// API process and several worker processes of this very binary, and a fake
-// WhatsApp Cloud API on loopback; offers load from many clients while it
-// kills, stalls and restarts processes (Postgres included) and the fake
-// misbehaves; then an independent checker compares what the clients were
-// told was accepted with what the fake provider received. The files:
+// Package chaos is the crash and fault run (cmd/ordo-chaos, `make chaos`).
+// It starts a private Postgres, one API process and several worker processes
+// of the product binary (`ordo serve`), and a fake WhatsApp Cloud API on
+// loopback; offers load from many clients while it kills, stalls and
+// restarts processes (Postgres included) and the fake misbehaves; then an
+// independent checker compares what the clients were told was accepted with
+// what the fake provider received.
 //
-//	chaos.go           the command, its configuration and the run itself
-//	chaos_procs.go     the ordo processes and the fault schedule
-//	chaos_provider.go  the misbehaving provider and the tenants' handler
-//	chaos_meta.go      Meta's webhooks: statuses, end users' messages
-//	chaos_load.go      the clients and their ledger
-//	chaos_probe.go     the bad-input prober
-//	chaos_settle.go    after the load: settling, ordo's view, dead letters
-//	chaos_check.go     the checker and the report
+// It is laid out as etcd's functional tester is: faults, stressers and a
+// checker.
+//
+//	chaos.go              the configuration and the run itself
+//	fault.go              the fault interface, the seeded plan, the fault log
+//	fault_*.go            one kind of process fault each (kill, stall, restart, deploy)
+//	stresser.go           the stresser interface
+//	load.go               the clients and their ledger (a stresser)
+//	probe.go              the bad-input prober (a stresser)
+//	meta.go               Meta's webhooks: statuses, end users' messages
+//	provider.go           the misbehaving provider (its faults are per request) and the tenants' handler
+//	procs.go              the ordo processes, operator commands, logs
+//	settle.go             after the load: settling, ordo's view, dead letters
+//	check.go              the checker (a pure function of what was recorded) and the report
 //
 // README.md ("The crash and fault run") says what the run does and what
 // each check means.
+package chaos
 
 import (
 	"context"
@@ -31,15 +37,17 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
-	"github.com/ordo-dev/ordo/sql/pgcluster"
+	"github.com/ordo-dev/ordo/cmd/internal/pgcluster"
+	"github.com/ordo-dev/ordo/cmd/internal/proc"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
-// chaosConfig is one chaos run. Zero values take the defaults of
-// chaosConfig.withDefaults.
-type chaosConfig struct {
+// Config is one chaos run. Zero values take the defaults of
+// Config.withDefaults.
+type Config struct {
 	// Duration is how long load is offered and faults injected. Default 3m.
 	Duration time.Duration
 	// Seed drives every random choice: the fault schedule, the load and the
@@ -62,9 +70,9 @@ type chaosConfig struct {
 	// Dir holds the cluster and the processes' logs. Default: a temporary
 	// directory, removed after a passing run and kept after a failing one.
 	Dir string
-	// Exec is the command that runs ordo (the binary, then any fixed
-	// arguments) and ExecEnv extra environment for it. Default: this
-	// executable.
+	// Exec is the command that runs the product, `ordo` (the binary, then
+	// any fixed arguments), and ExecEnv extra environment for it. Required:
+	// the run drives ordo as an operator would, through its binary.
 	Exec    []string
 	ExecEnv []string
 	// Out receives the fault log and the report. Default stdout.
@@ -77,13 +85,28 @@ type chaosConfig struct {
 	// injects. Defaults scale with Duration: one per minute, per 90s and
 	// per 90s, at least one each.
 	APIKills, PGRestarts, Stalls int
+	// RollingDeploys is how many times every process is SIGTERMed and
+	// restarted in turn, under load. Default 0 (none) until SIGTERM is
+	// graceful in the engine (issue 10): on today's engine a deploy
+	// duplicates sends, and the run says so.
+	RollingDeploys int
+	// OperatorResolves is how many dead letters an operator replays or
+	// skips (alternating from the seed) while their conversations are busy.
+	// Default 0 (none).
+	OperatorResolves int
+	// SQLBatch, if positive, adds an application enqueuing through
+	// ordo.enqueue_message in its own transactions, SQLBatch conversations
+	// spread over every tenant in each, one in four rolled back
+	// (stresser_sql.go).
+	// Default 0 (none).
+	SQLBatch int
 	// Lease, StrandedAfter and SendTimeout are handed to the workers (see
 	// jobs.Config). Defaults 4s, 4s, 1.5s: a stalled or killed worker's
 	// conversations move on within seconds.
 	Lease, StrandedAfter, SendTimeout time.Duration
 }
 
-func (c chaosConfig) withDefaults() chaosConfig {
+func (c Config) withDefaults() Config {
 	if c.Duration == 0 {
 		c.Duration = 3 * time.Minute
 	}
@@ -122,7 +145,7 @@ func (c chaosConfig) withDefaults() chaosConfig {
 	return c
 }
 
-func (c chaosConfig) validate() error {
+func (c Config) validate() error {
 	switch {
 	case c.Workers < 2:
 		return errors.New("--workers: at least 2 (one is stalled or killed at times)")
@@ -130,6 +153,14 @@ func (c chaosConfig) validate() error {
 		return errors.New("--tenants: at least 2 (tenant isolation is probed)")
 	case c.Conversations < c.Tenants:
 		return errors.New("--conversations: at least one per tenant")
+	case len(c.Exec) == 0:
+		return errors.New("the ordo binary is required (--ordo)")
+	case c.RollingDeploys < 0:
+		return errors.New("--rolling-deploys: 0 or more")
+	case c.OperatorResolves < 0:
+		return errors.New("--operator-resolves: 0 or more")
+	case c.SQLBatch < 0:
+		return errors.New("--sql-batch: 0 or more")
 	case c.Clients < 1 || c.Rate <= 0:
 		return errors.New("--clients and --rate must be positive")
 	case c.WorkerKillMax < c.WorkerKillMin:
@@ -143,7 +174,7 @@ func (c chaosConfig) validate() error {
 // stallFor is how long a worker stays SIGSTOPped: past its lease (Postgres
 // ends its sessions, releasing its conversations), past StrandedAfter and
 // two reconcile rounds (another worker takes them over), and a little more.
-func (c chaosConfig) stallFor() time.Duration {
+func (c Config) stallFor() time.Duration {
 	return c.Lease + c.StrandedAfter + 2*chaosReconcileInterval + 2*time.Second
 }
 
@@ -151,48 +182,25 @@ func (c chaosConfig) stallFor() time.Duration {
 // the workers keep.
 const chaosReconcileInterval = 2 * time.Second
 
-// runChaos is `ordo chaos [--duration 3m] [--seed N] [--workers 3]
-// [--tenants 3] [--conversations 300]`.
-func runChaos(ctx context.Context, env *environment, args []string) error {
-	fs := newFlagSet(env, "chaos")
-	var c chaosConfig
-	fs.DurationVar(&c.Duration, "duration", 3*time.Minute, "how long load is offered and faults injected")
-	fs.Uint64Var(&c.Seed, "seed", 0, "seed of every random choice (0: from the clock)")
-	fs.IntVar(&c.Workers, "workers", 3, "worker processes")
-	fs.IntVar(&c.Tenants, "tenants", 3, "tenants")
-	fs.IntVar(&c.Conversations, "conversations", 300, "conversations over all tenants")
-	fs.IntVar(&c.Clients, "clients", 40, "concurrent clients")
-	fs.Float64Var(&c.Rate, "rate", 40, "messages offered per second")
-	fs.DurationVar(&c.Quiesce, "quiesce", 3*time.Minute, "bound on the wait for every accepted message to settle")
-	fs.StringVar(&c.Dir, "dir", "", "directory for the cluster and the logs (default: a temporary one, kept if the run fails)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	c.Out = env.stdout
-	rep, err := chaos(ctx, c)
-	if err != nil {
-		return err
-	}
-	if rep.failed() > 0 {
-		return fmt.Errorf("%d of %d checks failed", rep.failed(), len(rep.checks))
-	}
-	return nil
-}
-
-// chaosRun is the state of one run, shared by its parts.
-type chaosRun struct {
-	cfg      chaosConfig
+// run is the state of one run, shared by its parts.
+type run struct {
+	cfg      Config
 	start    time.Time
 	log      *faultLog
 	cluster  *pgcluster.Cluster
 	dbURL    string
 	env      []string // the ordo processes' environment
 	apiURL   string
-	api      *chaosProc
-	workers  []*chaosProc
+	api      *proc.Proc
+	workers  []*proc.Proc
 	provider *chaosProvider
 	handler  *chaosHandler
 	tenants  []chaosTenant
+
+	windowMu    sync.Mutex
+	windows     []faultWindow        // fault_rolling_deploy.go
+	resolutions map[string]string    // fault_operator_resolve.go: tenant index and message id → replayed|skipped
+	replays     map[chaosConvKey]int // fault_operator_resolve.go: replays per conversation
 }
 
 // chaosTenant is a tenant as the clients know it.
@@ -202,22 +210,17 @@ type chaosTenant struct {
 	phoneNumberID string
 	accessToken   string
 	handlerSecret string
-	inbound       bool // some of its messages are inbound, answered by the handler
+	inbound       bool   // some of its messages are inbound, answered by the handler
+	ambiguous     string // its policy for ambiguous sends: resend or reconcile
 }
 
-// chaos runs the whole thing and returns the checker's report. An error
-// means the run could not be carried out (not that a check failed).
-func chaos(ctx context.Context, cfg chaosConfig) (rep *chaosReport, err error) {
+// Run runs the whole thing and returns the checker's report, which it has
+// printed to cfg.Out. An error means the run could not be carried out (not
+// that a check failed).
+func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
-	}
-	if len(cfg.Exec) == 0 {
-		self, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("find the ordo binary: %w", err)
-		}
-		cfg.Exec = []string{self}
 	}
 	dir := cfg.Dir
 	if dir == "" {
@@ -231,7 +234,7 @@ func chaos(ctx context.Context, cfg chaosConfig) (rep *chaosReport, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	r := &chaosRun{cfg: cfg, start: time.Now(), log: &faultLog{w: cfg.Out, start: time.Now()}}
+	r := &run{cfg: cfg, start: time.Now(), log: &faultLog{w: cfg.Out, start: time.Now()}}
 	defer func() {
 		r.stopAll()
 		if r.cluster != nil {
@@ -239,7 +242,7 @@ func chaos(ctx context.Context, cfg chaosConfig) (rep *chaosReport, err error) {
 			_ = r.cluster.Stop(stopCtx)
 			cancel()
 		}
-		if cfg.Dir == "" && err == nil && rep != nil && rep.failed() == 0 {
+		if cfg.Dir == "" && err == nil && rep != nil && rep.Failed() == 0 {
 			_ = os.RemoveAll(dir)
 		} else {
 			fmt.Fprintf(cfg.Out, "logs and cluster kept in %s\n", dir)
@@ -256,7 +259,7 @@ func chaos(ctx context.Context, cfg chaosConfig) (rep *chaosReport, err error) {
 
 // setUp starts Postgres, migrates, creates the tenants, starts the fake
 // provider, the handler and the ordo processes.
-func (r *chaosRun) setUp(ctx context.Context, dir string) error {
+func (r *run) setUp(ctx context.Context, dir string) error {
 	cfg := r.cfg
 	var err error
 	// Fast skips fsync, which only matters if the machine itself crashes;
@@ -318,8 +321,8 @@ func (r *chaosRun) setUp(ctx context.Context, dir string) error {
 			"--reconcile-wait", "2s",
 			"--retry-max", "5s"))
 	}
-	for _, p := range append([]*chaosProc{r.api}, r.workers...) {
-		if err := p.start(); err != nil {
+	for _, p := range append([]*proc.Proc{r.api}, r.workers...) {
+		if err := p.Start(); err != nil {
 			return err
 		}
 	}
@@ -332,7 +335,7 @@ func (r *chaosRun) setUp(ctx context.Context, dir string) error {
 
 // createTenants creates the tenants through the operator commands, as an
 // operator would: tenant create, credential set, tenant update.
-func (r *chaosRun) createTenants(ctx context.Context) error {
+func (r *run) createTenants(ctx context.Context) error {
 	for i := range r.cfg.Tenants {
 		t := chaosTenant{
 			slug:          "chaos-" + strconv.Itoa(i),
@@ -371,6 +374,7 @@ func (r *chaosRun) createTenants(ctx context.Context) error {
 		if i == 1 {
 			ambiguous = "reconcile"
 		}
+		t.ambiguous = ambiguous
 		if _, err := r.ordo(ctx, nil, "tenant", "update", "--slug", t.slug,
 			"--on-dead-letter", "skip", "--ambiguous", ambiguous, "--max-attempts", "25"); err != nil {
 			return err
@@ -383,7 +387,7 @@ func (r *chaosRun) createTenants(ctx context.Context) error {
 }
 
 // exercise runs load and faults, waits for quiescence and checks.
-func (r *chaosRun) exercise(ctx context.Context) (*chaosReport, error) {
+func (r *run) exercise(ctx context.Context) (*Report, error) {
 	cfg := r.cfg
 	// The clock of the fault plan and of the log starts with the load.
 	r.start = time.Now()
@@ -421,18 +425,31 @@ func (r *chaosRun) exercise(ctx context.Context) (*chaosReport, error) {
 		defer close(done)
 		r.runFaults(ctx, faults)
 	}()
-	proberDone := make(chan struct{})
-	go func() {
-		defer close(proberDone)
-		bad.run(loadCtx, answerCtx)
-	}()
-	ld.run(loadCtx, answerCtx)
-	<-proberDone
+	stressers := []stresser{ld, bad}
+	var sqlLoad *sqlBatches
+	if cfg.SQLBatch > 0 {
+		sqlLoad = newSQLBatches(r, ld.ledger)
+		stressers = append(stressers, sqlLoad)
+	}
+	var stressing sync.WaitGroup
+	for _, s := range stressers {
+		stressing.Add(1)
+		go func() {
+			defer stressing.Done()
+			s.Stress(loadCtx, answerCtx)
+		}()
+	}
+	stressing.Wait()
 	<-done // every process is back up, every stalled one resumed
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	r.log.printf("load stopped: %d messages offered; waiting for the system to settle", ld.ledger.offeredCount())
+	r.log.printf("load stopped: %d messages offered; waiting for the system to settle", ld.Counts()["messages"])
+	if sqlLoad != nil {
+		c := sqlLoad.Counts()
+		r.log.printf("sql batches: %d transactions committed (%d messages), %d rolled back, %d retries of a transaction in doubt, %d never settled",
+			c["committed"], c["messages"], c["rolled_back"], c["retries"], c["unknown"])
+	}
 
 	settled, waited := r.quiesce(ctx, ld.ledger)
 	// Late sends of a stalled worker or a reconcile have a moment to show;
@@ -468,6 +485,12 @@ func (r *chaosRun) exercise(ctx context.Context) (*chaosReport, error) {
 		waited:      waited,
 		quiesce:     cfg.Quiesce,
 		logProblems: r.logProblems(),
+		deploys:     r.faultWindows(faultRollingDeploy),
+		resolves:    r.faultWindows(faultOperatorResolve),
+		replays:     r.replaysPer(),
+	}
+	for _, t := range r.tenants {
+		in.policies = append(in.policies, t.ambiguous)
 	}
 	rep := chaosJudge(in)
 	rep.print(cfg.Out)

@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"bytes"
@@ -202,10 +202,12 @@ func (l *chaosLedger) count(copies, retries, unanswered int) {
 	l.unanswered += unanswered
 }
 
-func (l *chaosLedger) offeredCount() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.msgs)
+// Counts is the messages offered, their copies, and the retries after
+// errors.
+func (l *chaosLoad) Counts() map[string]int {
+	l.ledger.mu.Lock()
+	defer l.ledger.mu.Unlock()
+	return map[string]int{"messages": len(l.ledger.msgs), "copies": l.ledger.copies, "retries": l.ledger.retries}
 }
 
 // accepted returns the accepted messages.
@@ -368,13 +370,13 @@ type chaosConv struct {
 // chaosLoad is the clients: each owns a share of the conversations and offers
 // their messages one at a time, in order, each in 1 to 3 copies.
 type chaosLoad struct {
-	r      *chaosRun
+	r      *run
 	api    *chaosClient
 	ledger *chaosLedger
 	convs  []*chaosConv
 }
 
-func newChaosLoad(r *chaosRun) *chaosLoad {
+func newChaosLoad(r *run) *chaosLoad {
 	var pnids []string
 	for _, t := range r.tenants {
 		pnids = append(pnids, t.phoneNumberID)
@@ -445,9 +447,9 @@ func (l *chaosLoad) newMessage(c *chaosConv, rng *rand.Rand) *chaosMsg {
 	return m
 }
 
-// run offers load until loadCtx ends; offers in flight then go on until
+// Stress offers load until loadCtx ends; offers in flight then go on until
 // answered or answerCtx ends.
-func (l *chaosLoad) run(loadCtx, answerCtx context.Context) {
+func (l *chaosLoad) Stress(loadCtx, answerCtx context.Context) {
 	clients := min(l.r.cfg.Clients, len(l.convs))
 	mean := time.Duration(float64(time.Second) * float64(clients) / l.r.cfg.Rate)
 	var wg sync.WaitGroup

@@ -1,4 +1,4 @@
-package main
+package chaos
 
 // What the run reads once the load has stopped: whether the system settled,
 // ordo's own view of every message, its dead letters and its count of
@@ -19,7 +19,7 @@ import (
 
 // quiesce waits until every accepted message was sent or permanently failed
 // and dead-lettered, or cfg.Quiesce passes.
-func (r *chaosRun) quiesce(ctx context.Context, l *chaosLedger) (bool, time.Duration) {
+func (r *run) quiesce(ctx context.Context, l *chaosLedger) (bool, time.Duration) {
 	start := time.Now()
 	deadline := start.Add(r.cfg.Quiesce)
 	for {
@@ -44,7 +44,7 @@ func (r *chaosRun) quiesce(ctx context.Context, l *chaosLedger) (bool, time.Dura
 // good — and returns the ones it does not. The provider's side can be
 // complete a little before ordo has written down the last outcomes (a
 // worker killed after a send is re-driven seconds later).
-func (r *chaosRun) engineView(ctx context.Context, l *chaosLedger, deadline time.Time) []string {
+func (r *run) engineView(ctx context.Context, l *chaosLedger, deadline time.Time) []string {
 	api := newChaosClient(r.apiURL)
 	todo := l.accepted()
 	for {
@@ -63,6 +63,9 @@ func (r *chaosRun) engineView(ctx context.Context, l *chaosLedger, deadline time
 				want := "done"
 				if m.permanent() {
 					want = "dead"
+				}
+				if r.resolution(m.tenant, m.id) == "skipped" {
+					want = "skipped"
 				}
 				status, body, err := api.do(ctx, http.MethodGet, "/v1/messages/"+url.PathEscape(m.id), "Bearer "+r.tenants[m.tenant].apiKey, "", nil)
 				var got struct {
@@ -94,7 +97,7 @@ func (r *chaosRun) engineView(ctx context.Context, l *chaosLedger, deadline time
 // ambiguousCounts reads the engine's own count of ambiguous sends per step
 // (the step id is the callback data of each send): the one figure the
 // checker takes from ordo, to excuse exactly that many duplicates.
-func (r *chaosRun) ambiguousCounts(ctx context.Context) (map[string]int, error) {
+func (r *run) ambiguousCounts(ctx context.Context) (map[string]int, error) {
 	pool, err := pgxpool.New(ctx, r.dbURL)
 	if err != nil {
 		return nil, err
@@ -125,11 +128,12 @@ type chaosDeadLetter struct {
 	messageID string
 }
 
-// deadLetters lists every tenant's dead letters through the API, as a
-// tenant would see them.
-func (r *chaosRun) deadLetters(ctx context.Context) ([]chaosDeadLetter, error) {
+// deadLetters lists every tenant's dead-lettered messages through the API,
+// as a tenant would see them, each once (resolved ones included).
+func (r *run) deadLetters(ctx context.Context) ([]chaosDeadLetter, error) {
 	api := newChaosClient(r.apiURL)
 	var out []chaosDeadLetter
+	seen := make(map[chaosDeadLetter]bool)
 	for i, t := range r.tenants {
 		after := "0"
 		for {
@@ -150,7 +154,12 @@ func (r *chaosRun) deadLetters(ctx context.Context) ([]chaosDeadLetter, error) {
 				return nil, fmt.Errorf("GET /v1/dead-letters: %w", err)
 			}
 			for _, d := range page.DeadLetters {
-				out = append(out, chaosDeadLetter{tenant: i, messageID: d.MessageID})
+				// A replayed message that fails again has a second dead
+				// letter: the checker counts messages.
+				if dl := (chaosDeadLetter{tenant: i, messageID: d.MessageID}); !seen[dl] {
+					seen[dl] = true
+					out = append(out, dl)
+				}
 				after = d.ID
 			}
 			if len(page.DeadLetters) < 500 {

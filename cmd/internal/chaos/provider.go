@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"crypto/hmac"
@@ -64,6 +64,10 @@ type chaosProviderRecord struct {
 	// settled; started counts the starts judged.
 	early   []string
 	started int
+	// faultDelivered holds the send keys delivered by a request the
+	// provider answered with a fault (a timeout after delivering): a resend
+	// of those is the provider's doing.
+	faultDelivered map[string]bool
 }
 
 func newChaosProvider(seed uint64, sendTimeout time.Duration) *chaosProvider {
@@ -76,7 +80,7 @@ func newChaosProvider(seed uint64, sendTimeout time.Duration) *chaosProvider {
 		attempts:    make(map[string]int),
 		// Each kind happens at least once even in a short run.
 		forced: []string{faultProvider500, faultProviderDelivered, faultProviderTimeout, faultProviderPairRate},
-		rec:    chaosProviderRecord{faults: make(map[string]int), permanent: make(map[string]int)},
+		rec:    chaosProviderRecord{faults: make(map[string]int), permanent: make(map[string]int), faultDelivered: make(map[string]bool)},
 	}
 	p.SetResponder(p.respond)
 	return p
@@ -147,6 +151,7 @@ func (p *chaosProvider) respond(req whatsapptest.Send, attempt int) whatsapptest
 		return whatsapptest.Response{Status: http.StatusBadRequest, ErrorCode: 131056}
 	case faultProviderDelivered:
 		p.rec.faults[faultProviderTimeout]++ // a timeout too
+		p.rec.faultDelivered[key] = true
 		if drop {
 			return whatsapptest.Response{DropAfterRead: true, Record: true}
 		}
@@ -195,6 +200,13 @@ func (p *chaosProvider) slowDown(t time.Time, d time.Duration) {
 	p.slowTill, p.slowBy = t, d
 }
 
+// heldUntil is when the last answer held back by slowDown goes out.
+func (p *chaosProvider) heldUntil() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.slowTill.Add(p.slowBy)
+}
+
 // record returns a copy of what the provider did besides delivering.
 func (p *chaosProvider) record() chaosProviderRecord {
 	p.mu.Lock()
@@ -205,6 +217,10 @@ func (p *chaosProvider) record() chaosProviderRecord {
 		out.faults[k] = v
 	}
 	out.early = append([]string(nil), p.rec.early...)
+	out.faultDelivered = make(map[string]bool, len(p.rec.faultDelivered))
+	for k := range p.rec.faultDelivered {
+		out.faultDelivered[k] = true
+	}
 	out.permanent = make(map[string]int, len(p.rec.permanent))
 	for k, v := range p.rec.permanent {
 		out.permanent[k] = v

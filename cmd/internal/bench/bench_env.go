@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -22,8 +22,10 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ordo-dev/ordo/cmd/internal/cli"
+	"github.com/ordo-dev/ordo/cmd/internal/pgcluster"
+	"github.com/ordo-dev/ordo/cmd/internal/proc"
 	ordosql "github.com/ordo-dev/ordo/sql"
-	"github.com/ordo-dev/ordo/sql/pgcluster"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -39,13 +41,13 @@ const benchMaxConnections = "400"
 
 // benchEnv is what every run shares: the cluster, Redis, the master key.
 type benchEnv struct {
-	env        *environment
+	env        *cli.Env
 	cfg        benchConfig
 	dir        string
 	cluster    *pgcluster.Cluster
 	admin      *pgxpool.Pool // the postgres database
 	redisAddr  string
-	redis      *exec.Cmd
+	redis      *proc.Proc
 	masterKey  tenants.MasterKey
 	statements bool // pg_stat_statements is loaded
 	pgVersion  string
@@ -56,7 +58,7 @@ type benchEnv struct {
 
 // startBenchEnv starts the durable cluster, Redis when redis-lock runs, and
 // the template databases.
-func startBenchEnv(ctx context.Context, env *environment, cfg benchConfig) (_ *benchEnv, err error) {
+func startBenchEnv(ctx context.Context, env *cli.Env, cfg benchConfig) (_ *benchEnv, err error) {
 	b := &benchEnv{env: env, cfg: cfg, startLoad: loadAverage()}
 	defer func() {
 		if err != nil {
@@ -82,7 +84,7 @@ func startBenchEnv(ctx context.Context, env *environment, cfg benchConfig) (_ *b
 		}
 	}
 	b.logf("starting a private PostgreSQL cluster (durable: fsync on, synchronous_commit on) in %s", b.dir)
-	b.cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(b.dir, "pg"), Settings: settings, Logger: env.logger})
+	b.cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(b.dir, "pg"), Settings: settings, Logger: env.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -111,9 +113,8 @@ func startBenchEnv(ctx context.Context, env *environment, cfg benchConfig) (_ *b
 func (b *benchEnv) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if b.redis != nil && b.redis.Process != nil {
-		_ = b.redis.Process.Kill()
-		_ = b.redis.Wait()
+	if b.redis != nil {
+		_, _ = b.redis.Kill()
 	}
 	if b.admin != nil {
 		b.admin.Close()
@@ -121,7 +122,7 @@ func (b *benchEnv) close() {
 	if b.cluster != nil {
 		if err := b.cluster.Stop(ctx); err != nil {
 			b.logf("%v", err)
-			stopLeftover(b.cluster.Dir)
+			pgcluster.StopLeftover(b.cluster.Dir)
 		}
 	}
 	if b.dir != "" && !b.cfg.keep {
@@ -266,11 +267,14 @@ func (b *benchEnv) startRedis(ctx context.Context) error {
 		return err
 	}
 	b.redisAddr = "127.0.0.1:" + strconv.Itoa(port)
-	b.redis = exec.Command(path, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", b.dir, "--loglevel", "warning")
-	b.redis.Stdout, b.redis.Stderr = nil, nil
+	b.redis = proc.New(proc.Config{
+		Name: "redis-server",
+		Argv: []string{path, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+			"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", b.dir, "--loglevel", "warning"},
+		LogPath: filepath.Join(b.dir, "redis.log"),
+	})
 	if err := b.redis.Start(); err != nil {
-		return fmt.Errorf("start redis-server: %w", err)
+		return err
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: b.redisAddr})
 	defer rdb.Close()
@@ -309,13 +313,13 @@ func installRedis(ctx context.Context, b *benchEnv) (string, error) {
 	install := func() error {
 		cmd := exec.CommandContext(ctx, "apt-get", "install", "-y", "--no-install-recommends", "redis-server")
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		cmd.Stdout, cmd.Stderr = b.env.stderr, b.env.stderr
+		cmd.Stdout, cmd.Stderr = b.env.Stderr, b.env.Stderr
 		return cmd.Run()
 	}
 	if err := install(); err != nil {
 		b.logf("apt-get install failed (%v); refreshing the package lists: apt-get update", err)
 		update := exec.CommandContext(ctx, "apt-get", "update")
-		update.Stdout, update.Stderr = b.env.stderr, b.env.stderr
+		update.Stdout, update.Stderr = b.env.Stderr, b.env.Stderr
 		if err := update.Run(); err != nil {
 			return "", fmt.Errorf("apt-get update: %w (install redis-server yourself: %s)", err, redisInstall)
 		}
@@ -413,7 +417,7 @@ func (b *benchEnv) resetStatements(ctx context.Context) error {
 
 // printHeader says what is measured on what.
 func (b *benchEnv) printHeader() {
-	w := b.env.stdout
+	w := b.env.Stdout
 	var mem string
 	if info, err := os.ReadFile("/proc/meminfo"); err == nil {
 		if line, _, ok := strings.Cut(string(info), "\n"); ok {

@@ -1,0 +1,99 @@
+// Package cli is what ordo's commands share: the environment, read once by
+// each main and handed down (no command calls os.Getenv), and the flag and
+// output conventions of every subcommand. The product (cmd/ordo), the
+// benchmark (cmd/ordo-bench) and the crash run (cmd/ordo-chaos) all use it.
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/ordo-dev/ordo/tenants"
+)
+
+// Env is what commands may read from the process: the only place os.Getenv
+// is called.
+type Env struct {
+	// DatabaseURL is DATABASE_URL.
+	DatabaseURL string
+	// Addr is ORDO_ADDR; empty: :8080 (serve), 127.0.0.1:8080 (dev).
+	Addr string
+	// MasterKeys is ORDO_MASTER_KEYS, unparsed.
+	MasterKeys string
+	// AdminPassword is ORDO_ADMIN_PASSWORD.
+	AdminPassword string
+	// WhatsAppAPIURL is ORDO_WHATSAPP_API_URL; empty: the Cloud API (serve)
+	// or the sandbox (dev).
+	WhatsAppAPIURL string
+	Stdout, Stderr io.Writer
+	// Logger logs JSON to stderr at ORDO_LOG_LEVEL (default info).
+	Logger *slog.Logger
+}
+
+// ReadEnv reads the process's environment.
+func ReadEnv() *Env {
+	return &Env{
+		DatabaseURL:    os.Getenv("DATABASE_URL"),
+		Addr:           os.Getenv("ORDO_ADDR"),
+		MasterKeys:     os.Getenv("ORDO_MASTER_KEYS"),
+		AdminPassword:  os.Getenv("ORDO_ADMIN_PASSWORD"),
+		WhatsAppAPIURL: os.Getenv("ORDO_WHATSAPP_API_URL"),
+		Stdout:         os.Stdout,
+		Stderr:         os.Stderr,
+		Logger:         slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()})),
+	}
+}
+
+func logLevel() slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(os.Getenv("ORDO_LOG_LEVEL"))); err != nil {
+		return slog.LevelInfo
+	}
+	return l
+}
+
+// MasterKeys parses ORDO_MASTER_KEYS.
+func MasterKeys(env *Env) ([]tenants.MasterKey, error) {
+	if env.MasterKeys == "" {
+		return nil, errors.New("ORDO_MASTER_KEYS is not set: create a key with `ordo keys generate` and set ORDO_MASTER_KEYS=<id:base64>")
+	}
+	keys, err := tenants.ParseMasterKeys(env.MasterKeys)
+	if err != nil {
+		return nil, fmt.Errorf("ORDO_MASTER_KEYS: %w", err)
+	}
+	return keys, nil
+}
+
+// NewFlagSet returns a subcommand's flag set, named after the command line
+// that reaches it ("ordo serve", "ordo-bench"), writing its usage to stderr.
+func NewFlagSet(env *Env, name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	return fs
+}
+
+// ParseFlags parses args and refuses stray positional arguments, which are
+// usually a forgotten "--".
+func ParseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// PrintJSON writes v as one JSON line, the output format of every operator
+// command and of the benchmark's results file.
+func PrintJSON(w io.Writer, v any) error {
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
+	return nil
+}

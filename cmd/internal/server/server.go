@@ -1,0 +1,140 @@
+// Package server wires ordo's server: the database pool, the tenant store
+// and vault, the River workers (jobs) and the HTTP API (web), started in the
+// role asked for and shut down gracefully when the context ends. cmd/ordo
+// runs it for `serve` and `dev`; the benchmark runs the very same wiring.
+package server
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordo-dev/ordo/engine"
+	"github.com/ordo-dev/ordo/jobs"
+	ordosql "github.com/ordo-dev/ordo/sql"
+	"github.com/ordo-dev/ordo/tenants"
+	"github.com/ordo-dev/ordo/web"
+)
+
+// Config is what `ordo serve` and `ordo dev` run, and the benchmark's ordo
+// process: the one server wiring, so that what is measured is what ships.
+type Config struct {
+	// Role is all (API and workers), api (HTTP only) or worker (River
+	// workers only).
+	Role        string
+	DatabaseURL string
+	// Addr is the API's listening address (roles all and api).
+	Addr string
+	Keys []tenants.MasterKey
+	Jobs jobs.Config
+	Web  web.Config
+	// ShutdownPeriod bounds the graceful shutdown. Default: the workers'
+	// stop timeout (jobs.Config.StopTimeout) plus ShutdownMargin.
+	ShutdownPeriod time.Duration
+	// Ready, if set, is called with the listening address once serving
+	// (empty for a worker).
+	Ready func(addr string)
+}
+
+// ShutdownMargin is what Config.ShutdownPeriod's default adds to the
+// workers' graceful stop: room for the HTTP server's in-flight requests.
+const ShutdownMargin = 15 * time.Second
+
+// Run runs the server until ctx ends, then shuts down gracefully: stop
+// accepting, finish in-flight requests, let drains yield after their current
+// step, exit.
+func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
+	if cfg.Role != "all" && cfg.Role != "api" && cfg.Role != "worker" {
+		return fmt.Errorf("--role %q: want all, api or worker", cfg.Role)
+	}
+	// Room for the workers' graceful stop (jobs.Config.StopTimeout) and the
+	// HTTP server's in-flight requests.
+	cfg.ShutdownPeriod = cmp.Or(cfg.ShutdownPeriod, cfg.Jobs.WithDefaults().StopTimeout+ShutdownMargin)
+	log := logger.With(slog.String("role", cfg.Role))
+	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return errors.New("parse DATABASE_URL: not a valid PostgreSQL URL")
+	}
+	if !strings.Contains(cfg.DatabaseURL, "pool_max_conns") {
+		// A running drain holds a connection; the API and River need more.
+		poolCfg.MaxConns = int32(cfg.Jobs.WithDefaults().Workers + 25)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return fmt.Errorf("open database pool: %w", err)
+	}
+	defer pool.Close()
+	if err := ordosql.CheckMigrated(ctx, pool); err != nil {
+		return fmt.Errorf("%w (run `ordo migrate up`)", err)
+	}
+	vault, err := tenants.NewVault(pool, cfg.Keys)
+	if err != nil {
+		return err
+	}
+	store := tenants.NewStore(pool, vault)
+
+	var runner *jobs.Runner
+	if cfg.Role != "api" {
+		if runner, err = jobs.NewRunner(pool, cfg.Jobs, store, vault, log); err != nil {
+			return err
+		}
+		if err := runner.Start(ctx); err != nil {
+			return err
+		}
+		log.Info("workers started", slog.Int("workers", cfg.Jobs.WithDefaults().Workers))
+	}
+
+	var (
+		srv     *http.Server
+		serveCh = make(chan error, 1)
+	)
+	if cfg.Role != "worker" {
+		ln, err := net.Listen("tcp", cfg.Addr)
+		if err != nil {
+			if runner != nil {
+				_ = runner.Stop(context.WithoutCancel(ctx))
+			}
+			return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+		}
+		handler := web.New(cfg.Web, engine.New(pool, log), store, vault, log).Handler()
+		srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
+		go func() { serveCh <- srv.Serve(ln) }()
+		log.Info("serving", slog.String("addr", ln.Addr().String()))
+		if cfg.Ready != nil {
+			cfg.Ready(ln.Addr().String())
+		}
+	} else if cfg.Ready != nil {
+		cfg.Ready("")
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveCh:
+		log.Error("http server stopped", slog.String("error", err.Error()))
+	}
+	log.Info("shutting down: in-flight steps finish and are recorded; a second signal stops at once")
+	// A second SIGINT/SIGTERM ends the graceful stop early (a hard stop).
+	again, stopAgain := signal.NotifyContext(context.WithoutCancel(ctx), syscall.SIGINT, syscall.SIGTERM)
+	defer stopAgain()
+	shutdown, cancel := context.WithTimeout(again, cfg.ShutdownPeriod)
+	defer cancel()
+	var errs []error
+	if srv != nil {
+		errs = append(errs, srv.Shutdown(shutdown))
+	}
+	if runner != nil {
+		errs = append(errs, runner.Stop(shutdown))
+	}
+	log.Info("stopped")
+	return errors.Join(errs...)
+}

@@ -1,0 +1,64 @@
+// Command ordo-chaos is the crash and fault run (make chaos): the product
+// binary, `ordo`, under load while its processes and Postgres are killed,
+// stalled, restarted and deployed, then an independent checker. It ends
+// with "N passed, N failed" and exits 1 if a check failed. Package chaos
+// holds the harness.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/ordo-dev/ordo/cmd/internal/chaos"
+	"github.com/ordo-dev/ordo/cmd/internal/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	env := cli.ReadEnv()
+	var (
+		c    chaos.Config
+		ordo string
+		fs   = cli.NewFlagSet(env, "ordo-chaos")
+	)
+	fs.StringVar(&ordo, "ordo", "bin/ordo", "the product binary the run starts (make chaos builds it)")
+	fs.DurationVar(&c.Duration, "duration", 3*time.Minute, "how long load is offered and faults injected")
+	fs.Uint64Var(&c.Seed, "seed", 0, "seed of every random choice (0: from the clock)")
+	fs.IntVar(&c.Workers, "workers", 3, "worker processes")
+	fs.IntVar(&c.Tenants, "tenants", 3, "tenants")
+	fs.IntVar(&c.Conversations, "conversations", 300, "conversations over all tenants")
+	fs.IntVar(&c.Clients, "clients", 40, "concurrent clients")
+	fs.Float64Var(&c.Rate, "rate", 40, "messages offered per second")
+	fs.DurationVar(&c.Quiesce, "quiesce", 3*time.Minute, "bound on the wait for every accepted message to settle")
+	fs.IntVar(&c.RollingDeploys, "rolling-deploys", 0, "rolling SIGTERM deploys of every process under load (a duplicate they cause fails the run)")
+	fs.IntVar(&c.OperatorResolves, "operator-resolves", 0, "dead letters replayed or skipped while their conversations are busy")
+	fs.IntVar(&c.SQLBatch, "sql-batch", 0, "an application enqueuing through ordo.enqueue_message, this many conversations per transaction, some rolled back (0: none)")
+	fs.StringVar(&c.Dir, "dir", "", "directory for the cluster and the logs (default: a temporary one, kept if the run fails)")
+	if err := cli.ParseFlags(fs, os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	bin, err := filepath.Abs(ordo)
+	if err == nil {
+		_, err = os.Stat(bin)
+	}
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "ordo-chaos: --ordo: %v (build it: go build -o bin/ordo ./cmd/ordo)\n", err)
+		os.Exit(2)
+	}
+	c.Exec, c.Out = []string{bin}, env.Stdout
+	rep, err := chaos.Run(ctx, c)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "ordo-chaos: %v\n", err)
+		os.Exit(1)
+	}
+	if rep.Failed() > 0 {
+		fmt.Fprintf(env.Stderr, "ordo-chaos: %d of %d checks failed\n", rep.Failed(), rep.Checks())
+		os.Exit(1)
+	}
+}
