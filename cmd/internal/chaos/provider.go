@@ -337,7 +337,7 @@ func (h *chaosHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "try again", http.StatusServiceUnavailable)
 		return
 	}
-	var replies []map[string]any
+	replies := []map[string]any{} // {"replies": []} is the only "no replies"; null is an error
 	for _, t := range chaosReplies(text) {
 		replies = append(replies, map[string]any{"type": "text", "text": map[string]string{"body": t}})
 	}
