@@ -165,7 +165,7 @@ func chaosJudge(in chaosInput) *Report {
 	// 4. What the provider received against what was accepted. Check keys
 	// conversations by its To; a business number and a To make ours.
 	expected := make(map[string][]string)
-	var permanent []*chaosMsg
+	var permanent, failsLater []*chaosMsg
 	for _, k := range convs {
 		key := l.pnids[k.tenant] + "\x00" + k.conv
 		msgs := append([]*chaosMsg(nil), l.order[k]...)
@@ -174,6 +174,9 @@ func chaosJudge(in chaosInput) *Report {
 			expected[key] = append(expected[key], m.want()...)
 			if m.permanent() {
 				permanent = append(permanent, m)
+			}
+			if m.failsLater() {
+				failsLater = append(failsLater, m)
 			}
 		}
 	}
@@ -275,7 +278,7 @@ func chaosJudge(in chaosInput) *Report {
 	rep.permanentFailed = len(in.provider.permanent)
 	rep.deadLettered = len(in.deadLetters)
 	want := make(map[chaosDeadLetter]bool)
-	for _, m := range permanent {
+	for _, m := range append(append([]*chaosMsg(nil), permanent...), failsLater...) {
 		want[chaosDeadLetter{tenant: m.tenant, messageID: m.id}] = true
 	}
 	var dlWrong []string
@@ -283,7 +286,7 @@ func chaosJudge(in chaosInput) *Report {
 	for _, d := range in.deadLetters {
 		got[d] = true
 		if !want[d] {
-			dlWrong = append(dlWrong, fmt.Sprintf("tenant %d message %.80q dead-lettered, but the provider never failed it for good", d.tenant, d.messageID))
+			dlWrong = append(dlWrong, fmt.Sprintf("tenant %d message %.80q dead-lettered, but neither the provider nor a status failed it for good", d.tenant, d.messageID))
 		}
 	}
 	for d := range want {
@@ -295,8 +298,8 @@ func chaosJudge(in chaosInput) *Report {
 		dlWrong = append(dlWrong, "could not list dead letters: "+in.dlErr.Error())
 	}
 	sort.Strings(dlWrong)
-	rep.add("dead letters = the provider's permanent failures", len(dlWrong) == 0 && rep.deadLettered == rep.permanentFailed,
-		fmt.Sprintf("%d dead letters, %d messages failed permanently by the provider, %d chosen and accepted", rep.deadLettered, rep.permanentFailed, len(permanent)), dlWrong...)
+	rep.add("dead letters = the provider's permanent failures and Meta's failed statuses", len(dlWrong) == 0 && rep.deadLettered == rep.permanentFailed+len(failsLater),
+		fmt.Sprintf("%d dead letters, %d messages failed permanently by the provider (%d chosen and accepted), %d taken and then reported failed", rep.deadLettered, rep.permanentFailed, len(permanent), len(failsLater)), dlWrong...)
 
 	// 6b. ordo's own view agrees with the provider's.
 	rep.add("ordo shows every accepted message finished", len(in.unfinished) == 0,

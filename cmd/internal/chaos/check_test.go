@@ -71,6 +71,15 @@ func TestChaosJudge(t *testing.T) {
 		fails  string // the one check that must fail; "" for none
 	}{
 		{"clean run", func(in *chaosInput) {}, ""},
+		{"a failed status not dead-lettered", func(in *chaosInput) {
+			// m2 was taken by the provider and then reported failed by Meta.
+			for _, m := range in.ledger.order[chaosConvKey{tenant: 0, conv: "c"}] {
+				if m.id == "m2" {
+					m.text = "b " + chaosFailsLater
+				}
+			}
+			in.sends[2].Text = "b " + chaosFailsLater
+		}, "dead letters = the provider's permanent failures and Meta's failed statuses"},
 		{"a text never sent", func(in *chaosInput) { in.sends = append(in.sends[:2], in.sends[3:]...) }, "nothing lost"},
 		{"a reply never sent", func(in *chaosInput) { in.sends = in.sends[:3] }, "nothing lost"},
 		{"a permanent failure never offered", func(in *chaosInput) {
@@ -100,10 +109,10 @@ func TestChaosJudge(t *testing.T) {
 		{"the same text in another tenant's conversation", func(in *chaosInput) {
 			in.sends = append(in.sends, chaosSend{PhoneNumberID: "P1", To: "c", Text: "a"})
 		}, "nothing sent that was not accepted"},
-		{"a dead letter missing", func(in *chaosInput) { in.deadLetters = nil }, "dead letters = the provider's permanent failures"},
+		{"a dead letter missing", func(in *chaosInput) { in.deadLetters = nil }, "dead letters = the provider's permanent failures and Meta's failed statuses"},
 		{"a dead letter too many", func(in *chaosInput) {
 			in.deadLetters = append(in.deadLetters, chaosDeadLetter{tenant: 0, messageID: "m1"})
-		}, "dead letters = the provider's permanent failures"},
+		}, "dead letters = the provider's permanent failures and Meta's failed statuses"},
 		{"accepted twice", func(in *chaosInput) {
 			m := in.ledger.msgs[0]
 			in.ledger.answer(m, 202, chaosAnswer{ID: m.id, MessageID: m.id, ConversationID: m.conv, Seq: m.seq})
@@ -176,7 +185,7 @@ func TestChaosJudge(t *testing.T) {
 			want := []string{}
 			switch {
 			case tc.name == "a permanent failure never offered":
-				want = []string{"nothing lost", "dead letters = the provider's permanent failures"}
+				want = []string{"nothing lost", "dead letters = the provider's permanent failures and Meta's failed statuses"}
 			case tc.fails != "":
 				want = []string{tc.fails}
 			}

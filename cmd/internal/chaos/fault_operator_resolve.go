@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -74,6 +75,7 @@ func (f *operatorResolve) Inject(ctx context.Context, r *run) bool {
 		Tenant         string `json:"tenant"`
 		MessageID      string `json:"message_id"`
 		ConversationID string `json:"conversation_id"`
+		Reason         string `json:"reason"`
 	}
 	// Answers are held back from now on, so that sends are in flight; the
 	// operator waits for a dead letter whose conversation has one.
@@ -98,7 +100,11 @@ func (f *operatorResolve) Inject(ctx context.Context, r *run) bool {
 			sc.Buffer(make([]byte, 1<<20), 1<<20)
 			for sc.Scan() {
 				var dl deadLetter
-				if json.Unmarshal(sc.Bytes(), &dl) == nil && dl.ID != "" {
+				// A message Meta reported failed after it was taken was
+				// delivered once: a replay would deliver it again, which
+				// the checker would count as a duplicate. Only the
+				// provider's own refusals are resolved.
+				if json.Unmarshal(sc.Bytes(), &dl) == nil && dl.ID != "" && !strings.HasPrefix(dl.Reason, "delivery failed") {
 					open = append(open, dl)
 				}
 			}

@@ -38,6 +38,12 @@ func (m *chaosMsg) permanent() bool {
 	return !m.inbound && strings.Contains(m.text, chaosUndeliverable)
 }
 
+// failsLater reports whether Meta reports this message's send failed after
+// the provider took it.
+func (m *chaosMsg) failsLater() bool {
+	return !m.inbound && strings.Contains(m.text, chaosFailsLater)
+}
+
 // want is the texts the provider must receive for m, in order: the text of
 // an outbound message, the handler's replies to an inbound one, nothing for
 // a permanently failing one.
@@ -433,6 +439,8 @@ func (l *chaosLoad) newMessage(c *chaosConv, rng *rand.Rand) *chaosMsg {
 	m.inbound = l.r.tenants[c.tenant].inbound && rng.IntN(10) < 3
 	if !m.inbound && ((c.index == 0 && n == 3) || rng.IntN(1000) < 3) {
 		m.text += " " + chaosUndeliverable
+	} else if !m.inbound && rng.IntN(1000) < 8 {
+		m.text += " " + chaosFailsLater
 	}
 	if m.inbound {
 		m.body, _ = json.Marshal(map[string]any{"message_id": m.id, "conversation_id": m.conv, "direction": "inbound",

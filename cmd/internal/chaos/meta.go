@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -140,10 +141,15 @@ func (m *chaosMeta) runStatuses(ctx context.Context) {
 
 // deliverStatus sends one "sent" status until it is answered 200.
 func (m *chaosMeta) deliverStatus(ctx context.Context, slug string, s chaosSend) {
-	body := chaosWebhookBody(s.PhoneNumberID, map[string]any{"statuses": []any{map[string]any{
+	st := map[string]any{
 		"id": s.WAMID, "status": "sent", "timestamp": strconv.FormatInt(s.At.Unix(), 10),
 		"recipient_id": s.To, "biz_opaque_callback_data": s.CallbackData,
-	}}})
+	}
+	if strings.Contains(s.Text, chaosFailsLater) {
+		st["status"] = "failed"
+		st["errors"] = []any{map[string]any{"code": 131026, "title": "Message undeliverable"}}
+	}
+	body := chaosWebhookBody(s.PhoneNumberID, map[string]any{"statuses": []any{st}})
 	retries := 0
 	defer func() {
 		m.mu.Lock()

@@ -21,6 +21,12 @@ import (
 // they, must end as dead letters.
 const chaosUndeliverable = "[undeliverable]"
 
+// chaosFailsLater marks the texts of chosen messages the provider takes (a
+// 200 with a wamid) and Meta's side then reports as failed (131026) in the
+// status webhook: not delivered after all. They must end as dead letters,
+// their conversation going on.
+const chaosFailsLater = "[fails-later]"
+
 // Provider fault kinds, as the report names them.
 const (
 	faultProvider500       = "provider_500"               // 500 without an answer body code: ambiguous
