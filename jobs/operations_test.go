@@ -293,13 +293,17 @@ func TestResumeSendsAtTheTenantsRate(t *testing.T) {
 		}
 		t.Fatalf("%d of %d sent (%d before the pause)", n, convs, sentBefore)
 	}
+	// Slots reserved before the pause would all fire at once on resume (every
+	// unsent conversation held one); at the tenant's rate one second holds
+	// about rate sends. Twice the rate leaves room for a loaded machine's
+	// scheduling jitter and still catches the burst.
 	after := b.WhatsApp.Sends()[sentBefore:]
 	for i := range after {
 		n := 0
 		for j := i; j < len(after) && after[j].At.Sub(after[i].At) < time.Second; j++ {
 			n++
 		}
-		if n > rate+1 {
+		if n > 2*rate {
 			t.Fatalf("%d sends within one second after the resume; the tenant's rate is %d/s", n, rate)
 		}
 	}
