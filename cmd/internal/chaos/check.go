@@ -263,8 +263,10 @@ func chaosJudge(in chaosInput) *Report {
 	// steps finish and record. Only when the run deployed.
 	if len(in.deploys) > 0 {
 		dups := windowDuplicates(in.sends, in.deploys, in.provider.faultDelivered, l.pnids, in.policies)
+		stall, conv := deployStall(in.sends, in.deploys)
 		rep.add("no duplicate caused by a deploy", len(dups) == 0,
-			fmt.Sprintf("%d workers SIGTERMed and restarted; %d texts first delivered while one was shutting down and delivered again", len(in.deploys), len(dups)), dups...)
+			fmt.Sprintf("%d workers SIGTERMed and restarted; %d texts first delivered while one was shutting down and delivered again; longest gap between two sends of one conversation across a shutdown %.1fs (%.40q)",
+				len(in.deploys), len(dups), stall.Seconds(), conv), dups...)
 	}
 	// 5c. Likewise an operator's replay or skip of a dead letter while its
 	// conversation is busy: it must not take the conversation over.
@@ -446,4 +448,33 @@ func windowDuplicates(sends []chaosSend, deploys []faultWindow, faulted map[stri
 	}
 	sort.Strings(out)
 	return out
+}
+
+// deployStall is the longest gap between two consecutive sends to one
+// conversation (business number and user) that overlaps a process's
+// shutdown in a deploy, and the conversation: how long a deploy held a
+// conversation up.
+func deployStall(sends []chaosSend, deploys []faultWindow) (time.Duration, string) {
+	last := make(map[string]time.Time)
+	var (
+		longest time.Duration
+		which   string
+	)
+	for _, s := range sends {
+		k := s.PhoneNumberID + " " + s.To
+		if prev, ok := last[k]; ok {
+			for _, w := range deploys {
+				if prev.Before(w.exit) && s.At.After(w.term) {
+					if gap := s.At.Sub(prev); gap > longest {
+						longest, which = gap, k
+					}
+					break
+				}
+			}
+		}
+		if prev, ok := last[k]; !ok || s.At.After(prev) {
+			last[k] = s.At
+		}
+	}
+	return longest, which
 }

@@ -315,3 +315,16 @@ func TestWindowDuplicates(t *testing.T) {
 		}
 	}
 }
+
+// deployStall measures the gaps that overlap a shutdown, and only those.
+func TestDeployStall(t *testing.T) {
+	t.Parallel()
+	at := func(s float64) time.Time { return time.Unix(1000, 0).Add(time.Duration(s * float64(time.Second))) }
+	send := func(to string, s float64) chaosSend { return chaosSend{PhoneNumberID: "P", To: to, At: at(s)} }
+	sends := []chaosSend{send("a", 0), send("b", 1), send("a", 9), send("b", 3), send("a", 10), send("b", 20), send("c", 30), send("c", 60)}
+	deploys := []faultWindow{{term: at(4), exit: at(6)}}
+	got, conv := deployStall(sends, deploys)
+	if got != 17*time.Second || conv != "P b" {
+		t.Fatalf("deployStall = %s %q, want 17s for P b (3→20 spans the shutdown; c's 30 s gap does not)", got, conv)
+	}
+}
