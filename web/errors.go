@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/ordo-dev/ordo/engine"
 	"github.com/ordo-dev/ordo/tenants"
@@ -69,6 +70,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if (status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests) && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", "1") // a client (n8n's Retry On Fail) comes back, not at once
+	}
+	if status == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" && strings.HasPrefix(r.URL.Path, "/v1/") {
+		// RFC 9110: a 401 names the scheme that would work.
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ordo"`)
 	}
 	writeJSON(w, status, map[string]any{"error": map[string]string{"code": string(e.Code), "message": msg}})
 }
