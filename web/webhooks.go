@@ -23,16 +23,17 @@ package web
 // every unauthenticated-body slot is busy.
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"hash"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"reflect"
 	"regexp"
 	"strings"
@@ -169,26 +170,68 @@ func (s *Server) readUnauthenticated(w http.ResponseWriter, r *http.Request, sec
 	case <-r.Context().Done():
 		return nil, nil, engine.Errorf(engine.CodeUnavailable, "request cancelled")
 	}
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.WebhookReadTimeout))
+	// The deadline bounds the body only: once read, it is lifted, or the
+	// server's watch for a closed connection would cancel the request
+	// while it is being stored.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.WebhookReadTimeout))
 	limit := s.cfg.MaxWebhookBytes
-	size := int64(bytes.MinRead)
-	if r.ContentLength > 0 {
-		size = r.ContentLength + 1
-	}
-	buf := bytes.NewBuffer(make([]byte, 0, size))
-	mac := hmac.New(sha256.New, []byte(secret))
-	n, err := io.Copy(io.MultiWriter(buf, mac), io.LimitReader(r.Body, limit+1))
+	body, err := readHashed(r.Body, limit, r.ContentLength, mac(secret))
+	_ = rc.SetReadDeadline(time.Time{})
 	switch {
-	case n > limit:
+	case errors.Is(err, errTooLarge):
 		return nil, nil, engine.Errorf(engine.CodeTooLarge, "body larger than %d bytes", limit)
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return nil, nil, engine.Errorf(engine.CodeUnavailable, "request cancelled")
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, nil, engine.Errorf(engine.CodeUnavailable, "body not received in time")
 	case err != nil:
 		return nil, nil, engine.Errorf(engine.CodeInvalid, "body: could not be read")
 	case secret == "":
-		return buf.Bytes(), nil, nil // a credential without app_secret verifies nothing
+		return body.data, nil, nil // a credential without app_secret verifies nothing
 	}
-	return buf.Bytes(), mac.Sum(nil), nil
+	return body.data, body.sum, nil
+}
+
+var errTooLarge = errors.New("body too large")
+
+// hashed is a body read with its HMAC.
+type hashed struct {
+	data, sum []byte
+}
+
+func mac(secret string) hash.Hash { return hmac.New(sha256.New, []byte(secret)) }
+
+// readHashed reads at most limit bytes of body into memory and through h,
+// with errTooLarge for more. The buffer starts at the declared length (or
+// 32 KiB) and never grows past limit, so a stranger's body costs at most
+// limit bytes plus the last copy.
+func readHashed(body io.Reader, limit, declared int64, h hash.Hash) (hashed, error) {
+	size := int64(32 << 10)
+	if declared >= 0 {
+		size = declared + 1 // one more, to see the end without growing
+	}
+	buf := make([]byte, 0, min(size, limit+1))
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) > limit {
+				return hashed{}, errTooLarge
+			}
+			grown := make([]byte, len(buf), min(int64(2*cap(buf)), limit+1))
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		h.Write(buf[len(buf) : len(buf)+n])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return hashed{}, errTooLarge
+		}
+		if errors.Is(err, io.EOF) {
+			return hashed{data: buf, sum: h.Sum(nil)}, nil
+		}
+		if err != nil {
+			return hashed{}, err
+		}
+	}
 }
 
 // signatureMatches reports whether header is "sha256=<hex of sum>", in
