@@ -38,12 +38,25 @@ type channelCache struct {
 	load func(ctx context.Context, slug string) (channel, error)
 	now  func() time.Time
 
-	mu sync.Mutex
-	m  map[string]channel
+	mu      sync.Mutex
+	m       map[string]channel
+	loading map[string]*channelLoad // one load per slug at a time
 }
 
+// channelLoad is a load in progress; its waiters read ch and err once done
+// is closed.
+type channelLoad struct {
+	done chan struct{}
+	ch   channel
+	err  error
+}
+
+// channelLoadTimeout bounds one load, which runs apart from the request
+// that started it: its other waiters must not fail because that one left.
+const channelLoadTimeout = 5 * time.Second
+
 func newChannelCache(ttl time.Duration, max int, load func(context.Context, string) (channel, error)) *channelCache {
-	return &channelCache{ttl: ttl, max: max, load: load, now: time.Now, m: map[string]channel{}}
+	return &channelCache{ttl: ttl, max: max, load: load, now: time.Now, m: map[string]channel{}, loading: map[string]*channelLoad{}}
 }
 
 // get returns the slug's channel, from the cache while it is fresh.
@@ -70,19 +83,40 @@ func (c *channelCache) refresh(ctx context.Context, slug string) (channel, bool,
 	return ch, err == nil, err
 }
 
+// reload loads the slug's channel and caches it. Concurrent reloads of one
+// slug share one load: a flood of requests for a slug is one lookup.
 func (c *channelCache) reload(ctx context.Context, slug string) (channel, error) {
-	ch, err := c.load(ctx, slug)
-	if err != nil {
-		return channel{}, err
+	c.mu.Lock()
+	l, ok := c.loading[slug]
+	if !ok {
+		l = &channelLoad{done: make(chan struct{})}
+		c.loading[slug] = l
+		go c.run(slug, l)
 	}
-	ch.loadedAt = c.now()
+	c.mu.Unlock()
+	select {
+	case <-l.done:
+		return l.ch, l.err
+	case <-ctx.Done():
+		return channel{}, ctx.Err()
+	}
+}
+
+func (c *channelCache) run(slug string, l *channelLoad) {
+	ctx, cancel := context.WithTimeout(context.Background(), channelLoadTimeout)
+	defer cancel()
+	l.ch, l.err = c.load(ctx, slug)
+	l.ch.loadedAt = c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.m[slug]; !ok && len(c.m) >= c.max {
-		c.evict()
+	delete(c.loading, slug)
+	if l.err == nil {
+		if _, ok := c.m[slug]; !ok && len(c.m) >= c.max {
+			c.evict()
+		}
+		c.m[slug] = l.ch
 	}
-	c.m[slug] = ch
-	return ch, nil
+	close(l.done)
 }
 
 // evict makes room: the stale entries go, or, if none is, an arbitrary one.

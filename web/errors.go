@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -41,6 +42,8 @@ func asEngineError(err error) *engine.Error {
 	}
 	var inv *tenants.InvalidError
 	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return &engine.Error{Code: engine.CodeUnavailable, Message: "request cancelled or timed out", Err: err}
 	case errors.As(err, &inv):
 		return &engine.Error{Code: engine.CodeInvalid, Message: inv.Error(), Err: err}
 	case errors.Is(err, tenants.ErrUnauthorized):

@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -249,4 +252,44 @@ func FuzzParseNewMessage(f *testing.F) {
 			t.Fatalf("%q accepted with payload %s", body, m.Payload)
 		}
 	})
+}
+
+// A flood of requests for one slug is one lookup, and a request that leaves
+// does not fail the others waiting on it.
+func TestChannelCacheOneLoadPerSlug(t *testing.T) {
+	t.Parallel()
+	var loads atomic.Int32
+	release := make(chan struct{})
+	c := newChannelCache(time.Minute, 10, func(ctx context.Context, slug string) (channel, error) {
+		loads.Add(1)
+		<-release
+		return channel{found: slug == "acme"}, nil
+	})
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.get(gone, "acme"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled request: %v", err)
+	}
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if ch, err := c.get(context.Background(), "acme"); err != nil || !ch.found {
+				t.Errorf("get: %+v, %v", ch, err)
+			}
+		}()
+	}
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	if n := loads.Load(); n != 1 {
+		t.Fatalf("%d loads for one slug, want 1", n)
+	}
+	for i := range 50 {
+		_, _ = c.get(context.Background(), fmt.Sprintf("stranger-%d", i))
+	}
+	if n := len(c.m); n > 10 {
+		t.Fatalf("%d slugs cached, want at most 10", n)
+	}
 }
