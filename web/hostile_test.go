@@ -307,10 +307,10 @@ func TestRESTTextAndIDs(t *testing.T) {
 		t.Fatalf("bad text stored rows: %s → %s", before, after)
 	}
 	for name, c := range map[string]struct{ body, id string }{
-		"a surrogate pair":  {`{"message_id":"m\ud83d\ude00","conversation_id":"c1","type":"text"}`, "m😀"},
-		"escaped backslash": {`{"message_id":"m\\ud800","conversation_id":"c1","type":"text"}`, `m\ud800`},
-		"inner space":       {`{"message_id":"m 1","conversation_id":"c1","type":"text"}`, "m 1"},
-		"a real U+FFFD":     {`{"message_id":"m\ufffd","conversation_id":"c1","type":"text"}`, "m\uFFFD"},
+		"a surrogate pair":  {`{"message_id":"m\ud83d\ude00","conversation_id":"c1","type":"text","text":{"body":"hi"}}`, "m😀"},
+		"escaped backslash": {`{"message_id":"m\\ud800","conversation_id":"c1","type":"text","text":{"body":"hi"}}`, `m\ud800`},
+		"inner space":       {`{"message_id":"m 1","conversation_id":"c1","type":"text","text":{"body":"hi"}}`, "m 1"},
+		"a real U+FFFD":     {`{"message_id":"m\ufffd","conversation_id":"c1","type":"text","text":{"body":"hi"}}`, "m\uFFFD"},
 	} {
 		a := e.call(t, request{method: http.MethodPost, path: "/v1/messages", key: e.APIKey, body: c.body})
 		mustStatus(t, name, a, 202)
