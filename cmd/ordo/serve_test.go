@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ordo-dev/ordo/cmd/internal/cli"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -19,9 +20,9 @@ func TestServeRefusesShortAdminPassword(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
-	env := &environment{
-		databaseURL: "postgres://nobody@127.0.0.1:1/none", masterKeys: key.Format(), adminPassword: "hunter2",
-		stdout: &bytes.Buffer{}, stderr: &stderr, logger: slog.New(slog.DiscardHandler),
+	env := &cli.Env{
+		DatabaseURL: "postgres://nobody@127.0.0.1:1/none", MasterKeys: key.Format(), AdminPassword: "hunter2",
+		Stdout: &bytes.Buffer{}, Stderr: &stderr, Logger: slog.New(slog.DiscardHandler),
 	}
 	if code := run(context.Background(), env, []string{"serve"}); code != 1 {
 		t.Fatalf("exit %d, want 1", code)
