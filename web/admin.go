@@ -61,12 +61,20 @@ func (s *Server) routeAdmin(r *mux.Router) {
 
 // adminAuth checks the basic-auth password (any user name). Both sides are
 // hashed first so the comparison takes the same time whatever the lengths.
+// Failures count against the client's address (throttle.go): past the limit
+// the answer is 429 with Retry-After, even for the right password.
 func (s *Server) adminAuth(next http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(s.cfg.AdminPassword))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		addr := "admin:" + s.clientAddr(r)
+		if wait := s.throttle.blocked(addr); wait > 0 {
+			s.tooManyFailures(w, r, wait)
+			return
+		}
 		_, password, ok := r.BasicAuth()
 		got := sha256.Sum256([]byte(password))
 		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 || !ok {
+			s.throttle.fail(addr)
 			w.Header().Set("WWW-Authenticate", `Basic realm="ordo admin", charset="UTF-8"`)
 			s.writeError(w, r, engine.Errorf(engine.CodeUnauthorized, "admin password required (HTTP basic auth, any user name)"))
 			return
@@ -80,7 +88,8 @@ func (s *Server) adminAuth(next http.Handler) http.Handler {
 // custom header alone stops forged requests (another site can only send it
 // through a CORS preflight, which is never granted); the Origin check is a
 // second line. Behind a proxy that rewrites Host, X-Forwarded-Host names the
-// host the browser saw (a cross-site page cannot set it either).
+// host the browser saw, believed only from Config.TrustedProxies: any client
+// can send the header.
 func (s *Server) adminWrite(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get(adminHeader) != "1" {
@@ -89,7 +98,9 @@ func (s *Server) adminWrite(next http.Handler) http.Handler {
 		}
 		if origin := r.Header.Get("Origin"); origin != "" {
 			u, err := url.Parse(origin)
-			if err != nil || u.Host == "" || (u.Host != r.Host && u.Host != r.Header.Get("X-Forwarded-Host")) {
+			sameHost := err == nil && u.Host != "" &&
+				(u.Host == r.Host || s.fromTrustedProxy(r) && u.Host == r.Header.Get("X-Forwarded-Host"))
+			if !sameHost {
 				s.writeError(w, r, engine.Errorf(codeForbidden, "cross-origin request refused"))
 				return
 			}

@@ -10,6 +10,12 @@ import (
 func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := engine.DeadLetterFilter{TenantID: tenantOf(r).ID, ConversationID: q.Get("conversation_id"), State: q.Get("state")}
+	if f.ConversationID != "" {
+		if err := checkID("conversation_id", f.ConversationID); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
 	for name, dst := range map[string]*int64{"after": &f.After} {
 		if v := q.Get(name); v != "" {
 			n, err := strconv.ParseInt(v, 10, 64)

@@ -1,10 +1,12 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/ordo-dev/ordo/engine"
 	"github.com/ordo-dev/ordo/tenants"
@@ -40,6 +42,8 @@ func asEngineError(err error) *engine.Error {
 	}
 	var inv *tenants.InvalidError
 	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return &engine.Error{Code: engine.CodeUnavailable, Message: "request cancelled or timed out", Err: err}
 	case errors.As(err, &inv):
 		return &engine.Error{Code: engine.CodeInvalid, Message: inv.Error(), Err: err}
 	case errors.Is(err, tenants.ErrUnauthorized):
@@ -69,6 +73,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if (status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests) && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", "1") // a client (n8n's Retry On Fail) comes back, not at once
+	}
+	if status == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" && strings.HasPrefix(r.URL.Path, "/v1/") {
+		// RFC 9110: a 401 names the scheme that would work.
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ordo"`)
 	}
 	writeJSON(w, status, map[string]any{"error": map[string]string{"code": string(e.Code), "message": msg}})
 }

@@ -31,11 +31,11 @@ func parseNewMessage(tenant string, body []byte) (engine.NewMessage, error) {
 			return engine.NewMessage{}, engine.Errorf(engine.CodeInvalid, "%s: must be a string", name)
 		}
 	}
-	switch {
-	case m.MessageID == "":
-		return engine.NewMessage{}, engine.Errorf(engine.CodeInvalid, "message_id: required")
-	case m.ConversationID == "":
-		return engine.NewMessage{}, engine.Errorf(engine.CodeInvalid, "conversation_id: required")
+	if err := checkID("message_id", m.MessageID); err != nil {
+		return engine.NewMessage{}, err
+	}
+	if err := checkID("conversation_id", m.ConversationID); err != nil {
+		return engine.NewMessage{}, err
 	}
 	if m.Direction == "inbound" {
 		p := fields["payload"]
@@ -97,7 +97,12 @@ func pathVar(r *http.Request, name string) string {
 }
 
 func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) {
-	m, err := s.engine.Message(r.Context(), tenantOf(r).ID, pathVar(r, "message_id"))
+	id := pathVar(r, "message_id")
+	if err := checkID("message_id", id); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	m, err := s.engine.Message(r.Context(), tenantOf(r).ID, id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -106,7 +111,12 @@ func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
-	c, err := s.engine.Conversation(r.Context(), tenantOf(r).ID, pathVar(r, "conversation_id"))
+	id := pathVar(r, "conversation_id")
+	if err := checkID("conversation_id", id); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	c, err := s.engine.Conversation(r.Context(), tenantOf(r).ID, id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -18,15 +18,29 @@ import (
 type tenantKey struct{}
 
 // authenticate resolves the tenant from the Bearer API key: the tenant never
-// comes from the URL or the body.
+// comes from the URL or the body. Failures are counted per client address
+// and key prefix (throttle.go); past the limit the answer is 429 before any
+// lookup.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, ok := bearer(r.Header.Get("Authorization"))
+		addr, prefix := "addr:"+s.clientAddr(r), ""
+		if p := keyPrefix(key); p != "" {
+			prefix = "key:" + p
+		}
+		if wait := s.throttle.blocked(addr, prefix); wait > 0 {
+			s.tooManyFailures(w, r, wait)
+			return
+		}
 		if !ok {
+			s.throttle.fail(addr)
 			s.writeError(w, r, engine.Errorf(engine.CodeUnauthorized, "Authorization: Bearer <API key> required"))
 			return
 		}
 		t, err := s.tenants.Authenticate(r.Context(), key)
+		if errors.Is(err, tenants.ErrUnauthorized) {
+			s.throttle.fail(addr, prefix)
+		}
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -36,6 +50,28 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, t)))
 	})
+}
+
+// tooManyFailures answers a throttled client: 429 with Retry-After.
+func (s *Server) tooManyFailures(w http.ResponseWriter, r *http.Request, wait time.Duration) {
+	w.Header().Set("Retry-After", retryAfter(wait))
+	s.writeError(w, r, engine.Errorf(engine.CodeRateLimited, "too many failed authentications from this client or for this key; retry after %s seconds", retryAfter(wait)))
+}
+
+// keyPrefix returns the public prefix of an API key shaped
+// ordo_<prefix>_<secret>, or "" for anything else.
+func keyPrefix(key string) string {
+	const scheme, n = "ordo_", 8
+	if len(key) <= len(scheme)+n || !strings.HasPrefix(key, scheme) || key[len(scheme)+n] != '_' {
+		return ""
+	}
+	p := key[len(scheme) : len(scheme)+n]
+	for _, c := range []byte(p) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return ""
+		}
+	}
+	return p
 }
 
 // bearer returns the credentials of an "Authorization: Bearer <key>"
@@ -55,7 +91,8 @@ func tenantOf(r *http.Request) tenants.Tenant {
 }
 
 // readJSONBody reads a JSON request body under limit: 415 if it is not JSON,
-// 413 if it is too large, 400 if it is not valid UTF-8.
+// 413 if it is too large, 400 if it is not valid UTF-8 or escapes a lone
+// surrogate.
 func readJSONBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
@@ -65,10 +102,22 @@ func readJSONBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, 
 	} else {
 		return nil, engine.Errorf(engine.CodeUnsupported, "Content-Type must be application/json")
 	}
-	return readBody(w, r, limit)
+	body, err := readBody(w, r, limit)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkText(body); err != nil {
+		return nil, err
+	}
+	return body, nil
 }
 
+// readBody reads a body of at most limit bytes: 413 as soon as a declared
+// length is over it, without reading.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, engine.Errorf(engine.CodeTooLarge, "body larger than %d bytes", limit)
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {

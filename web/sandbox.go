@@ -2,11 +2,13 @@ package web
 
 import (
 	"encoding/json"
+	"net"
 	"net/http"
 	"strings"
 
 	"github.com/gorilla/mux"
 
+	"github.com/ordo-dev/ordo/engine"
 	"github.com/ordo-dev/ordo/jobs/whatsapp"
 )
 
@@ -15,10 +17,38 @@ import (
 // user sees what would have reached WhatsApp (on the admin page and at GET
 // /sandbox/sends).
 
+// routeSandbox mounts the sandbox for loopback hosts only: its sends list
+// shows every tenant's messages, and a page on another site could reach it
+// through DNS rebinding (a name of theirs resolving to 127.0.0.1) were any
+// Host answered.
 func (s *Server) routeSandbox(r *mux.Router) {
-	r.HandleFunc("/sandbox/{version}/{phone_number_id}/messages", s.sandboxSend).Methods(http.MethodPost)
-	r.HandleFunc("/sandbox/{phone_number_id}/messages", s.sandboxSend).Methods(http.MethodPost)
-	r.HandleFunc("/sandbox/sends", s.sandboxSends).Methods(http.MethodGet)
+	loopback := func(h http.HandlerFunc) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !loopbackHost(r.Host) {
+				s.writeError(w, r, engine.Errorf(codeForbidden, "the sandbox answers only loopback hosts (127.0.0.1, ::1, localhost)"))
+				return
+			}
+			h(w, r)
+		})
+	}
+	r.Handle("/sandbox/{version}/{phone_number_id}/messages", loopback(s.sandboxSend)).Methods(http.MethodPost)
+	r.Handle("/sandbox/{phone_number_id}/messages", loopback(s.sandboxSend)).Methods(http.MethodPost)
+	r.Handle("/sandbox/sends", loopback(s.sandboxSends)).Methods(http.MethodGet)
+}
+
+// loopbackHost reports whether a Host header names this machine's loopback
+// interface: 127.0.0.1, ::1 or localhost, with or without a port.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	switch strings.ToLower(host) {
+	case "127.0.0.1", "::1", "localhost":
+		return true
+	}
+	return false
 }
 
 // sandboxSend answers like the Cloud API: {"messages":[{"id":"wamid…"}]}, or

@@ -5,10 +5,14 @@
 package web
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/mux"
 
@@ -16,38 +20,125 @@ import (
 	"github.com/ordo-dev/ordo/tenants"
 )
 
+// Defaults of Config, by field.
+const (
+	MaxBodyBytesDefault             = 1 << 20
+	MaxWebhookBytesDefault          = 1 << 20
+	MaxUnauthenticatedBodiesDefault = 32
+	UnauthenticatedBodyWaitDefault  = time.Second
+	WebhookReadTimeoutDefault       = 10 * time.Second
+	ReadHeaderTimeoutDefault        = 10 * time.Second
+	ReadTimeoutDefault              = 60 * time.Second
+	WriteTimeoutDefault             = 60 * time.Second
+	IdleTimeoutDefault              = 120 * time.Second
+	AuthFailureLimitDefault         = 30
+	AuthFailureWindowDefault        = time.Minute
+	AuthThrottleEntriesDefault      = 10_000
+	ChannelCacheTTLDefault          = 10 * time.Second
+	ChannelCacheEntriesDefault      = 10_000
+)
+
+// AdminPasswordMinLength is the shortest admin password ordo accepts, in
+// characters: the admin page reads and steers every tenant.
+const AdminPasswordMinLength = 12
+
 // Config tunes the HTTP server. Zero values take the defaults named per field.
 type Config struct {
-	// MaxBodyBytes limits a REST request body. Default 1 MiB.
+	// MaxBodyBytes limits a REST request body, read only once the API key is
+	// known. Default MaxBodyBytesDefault (1 MiB).
 	MaxBodyBytes int64
-	// MaxWebhookBytes limits a webhook body (Meta sends up to a few MB). Default 8 MiB.
+	// MaxWebhookBytes limits a webhook body; Meta's are a few KB. A larger
+	// body is refused (413) before it is read when its length is declared,
+	// after MaxWebhookBytes otherwise. Default MaxWebhookBytesDefault (1 MiB).
 	MaxWebhookBytes int64
+	// MaxUnauthenticatedBodies caps the webhook bodies being read before
+	// their signature is checked, per process: at most this many times
+	// MaxWebhookBytes of memory for strangers. Default
+	// MaxUnauthenticatedBodiesDefault (32).
+	MaxUnauthenticatedBodies int
+	// UnauthenticatedBodyWait is how long a webhook waits for one of those
+	// slots before it is answered 503 with Retry-After. Default
+	// UnauthenticatedBodyWaitDefault (1s).
+	UnauthenticatedBodyWait time.Duration
+	// WebhookReadTimeout bounds reading one webhook body, so a slow sender
+	// cannot hold a slot for long. Default WebhookReadTimeoutDefault (10s).
+	WebhookReadTimeout time.Duration
+	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout are the
+	// http.Server's (see HTTPServer). Defaults ReadHeaderTimeoutDefault
+	// (10s), ReadTimeoutDefault (60s), WriteTimeoutDefault (60s),
+	// IdleTimeoutDefault (120s).
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	// AuthFailureLimit is how many failed authentications (API key or admin
+	// password) one client address, or one API key prefix, may make per
+	// AuthFailureWindow before it is answered 429 with Retry-After, without
+	// a database lookup. Defaults AuthFailureLimitDefault (30) and
+	// AuthFailureWindowDefault (1 minute).
+	AuthFailureLimit  int
+	AuthFailureWindow time.Duration
+	// AuthThrottleEntries bounds the addresses and prefixes tracked (least
+	// recently failed forgotten first). Default AuthThrottleEntriesDefault.
+	AuthThrottleEntries int
+	// ChannelCacheTTL is how long a webhook's tenant and WhatsApp credential
+	// (or their absence) are remembered; a credential changed by another
+	// process is seen after at most this long. Default
+	// ChannelCacheTTLDefault (10s); ChannelCacheEntries bounds the slugs
+	// remembered (ChannelCacheEntriesDefault).
+	ChannelCacheTTL     time.Duration
+	ChannelCacheEntries int
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For and
+	// X-Forwarded-Host are believed (the client's address for throttling,
+	// the browser's host for the admin page's Origin check). Default none:
+	// the headers are ignored.
+	TrustedProxies []netip.Prefix
 	// AdminPassword protects the admin page (HTTP basic auth, any user name).
-	// Empty disables the admin page.
+	// Empty disables the admin page; see CheckAdminPassword.
 	AdminPassword string
 	// Sandbox serves the built-in stand-in for the WhatsApp Cloud API under
-	// /sandbox/ (ordo dev). Default off.
+	// /sandbox/ (ordo dev), to loopback hosts only. Default off.
 	Sandbox bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = 1 << 20
-	}
-	if c.MaxWebhookBytes == 0 {
-		c.MaxWebhookBytes = 8 << 20
-	}
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
+	c.MaxWebhookBytes = cmp.Or(c.MaxWebhookBytes, MaxWebhookBytesDefault)
+	c.MaxUnauthenticatedBodies = cmp.Or(c.MaxUnauthenticatedBodies, MaxUnauthenticatedBodiesDefault)
+	c.UnauthenticatedBodyWait = cmp.Or(c.UnauthenticatedBodyWait, UnauthenticatedBodyWaitDefault)
+	c.WebhookReadTimeout = cmp.Or(c.WebhookReadTimeout, WebhookReadTimeoutDefault)
+	c.ReadHeaderTimeout = cmp.Or(c.ReadHeaderTimeout, ReadHeaderTimeoutDefault)
+	c.ReadTimeout = cmp.Or(c.ReadTimeout, ReadTimeoutDefault)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
+	c.IdleTimeout = cmp.Or(c.IdleTimeout, IdleTimeoutDefault)
+	c.AuthFailureLimit = cmp.Or(c.AuthFailureLimit, AuthFailureLimitDefault)
+	c.AuthFailureWindow = cmp.Or(c.AuthFailureWindow, AuthFailureWindowDefault)
+	c.AuthThrottleEntries = cmp.Or(c.AuthThrottleEntries, AuthThrottleEntriesDefault)
+	c.ChannelCacheTTL = cmp.Or(c.ChannelCacheTTL, ChannelCacheTTLDefault)
+	c.ChannelCacheEntries = cmp.Or(c.ChannelCacheEntries, ChannelCacheEntriesDefault)
 	return c
+}
+
+// CheckAdminPassword refuses an admin password shorter than
+// AdminPasswordMinLength characters; empty (no admin page) is fine.
+func CheckAdminPassword(p string) error {
+	if n := utf8.RuneCountInString(p); p != "" && n < AdminPasswordMinLength {
+		return fmt.Errorf("admin password has %d characters; it needs at least %d (or none, which turns the admin page off)", n, AdminPasswordMinLength)
+	}
+	return nil
 }
 
 // Server routes requests to the engine.
 type Server struct {
-	cfg     Config
-	engine  *engine.Engine
-	tenants *tenants.Store
-	vault   *tenants.Vault
-	logger  *slog.Logger
+	cfg      Config
+	engine   *engine.Engine
+	tenants  *tenants.Store
+	vault    *tenants.Vault
+	logger   *slog.Logger
+	throttle *authThrottle // failed authentications (throttle.go)
+	channels *channelCache // webhook tenants and credentials (channels.go)
+	bodies   chan struct{} // slots for unauthenticated webhook bodies
 }
 
 // New returns a Server.
@@ -55,7 +146,27 @@ func New(cfg Config, eng *engine.Engine, ts *tenants.Store, vault *tenants.Vault
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg.WithDefaults(), engine: eng, tenants: ts, vault: vault, logger: logger}
+	cfg = cfg.WithDefaults()
+	s := &Server{cfg: cfg, engine: eng, tenants: ts, vault: vault, logger: logger,
+		throttle: newAuthThrottle(cfg.AuthFailureLimit, cfg.AuthFailureWindow, cfg.AuthThrottleEntries),
+		bodies:   make(chan struct{}, cfg.MaxUnauthenticatedBodies),
+	}
+	s.channels = newChannelCache(cfg.ChannelCacheTTL, cfg.ChannelCacheEntries, s.loadChannel)
+	return s
+}
+
+// HTTPServer returns an http.Server for the routed handler with every
+// timeout of the Config set: a client that sends its headers or body slowly,
+// or never reads the answer, or idles, holds a connection only so long.
+func (s *Server) HTTPServer(addr string) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+	}
 }
 
 // Handler returns the routed handler.

@@ -4,37 +4,53 @@ package web
 // subscription handshake, POST delivers messages and statuses. There is no
 // API key: the tenant is the path's slug, and a POST is authenticated by
 // X-Hub-Signature-256, the HMAC-SHA256 of the raw body under the app_secret
-// of the tenant's whatsapp credential, checked before the body is parsed.
+// of the tenant's whatsapp credential.
 //
-// Meta redelivers anything not answered 200 (for up to 7 days) and sends
-// duplicates anyway, so a POST is all or nothing: every message and status
-// of the request is written in one transaction and 200 means it committed.
-// A repeat delivery dedupes on the messages' UNIQUE (tenant, message_id).
+// The URL is public, so a stranger's request costs little: the tenant is
+// looked up first (cached, channels.go) and nothing is read for an unknown
+// one; a declared length over Config.MaxWebhookBytes is refused unread; at
+// most Config.MaxUnauthenticatedBodies bodies are read at once, each at most
+// MaxWebhookBytes, hashed as it is read; only a body whose signature holds
+// is parsed. An unknown tenant, one without a whatsapp credential and a bad
+// signature get the same answer, so the endpoint does not tell which slugs
+// exist. The storage itself is engine.StoreWebhook: all or nothing, 200 only
+// after the commit.
 //
 // Answers: 200 committed; 400 malformed body, or a phone_number_id that is
-// not the tenant's number (its messages would be answered from the wrong
-// number; nothing of the request is stored); 401 bad or missing signature;
-// 403 failed handshake; 404 unknown tenant, or one without a whatsapp
-// credential; 413 body over Config.MaxWebhookBytes.
+// not the tenant's number (nothing of the request is stored); 401 unknown
+// tenant or bad or missing signature; 403 failed handshake (unknown tenant
+// included); 413 body over Config.MaxWebhookBytes; 503 with Retry-After when
+// every unauthenticated-body slot is busy.
 
 import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
+	"hash"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gorilla/mux"
 
 	"github.com/ordo-dev/ordo/engine"
 	"github.com/ordo-dev/ordo/jobs/whatsapp"
-	"github.com/ordo-dev/ordo/tenants"
 )
 
 // signatureHeader carries Meta's HMAC of a webhook body.
 const signatureHeader = "X-Hub-Signature-256"
+
+// slugPattern is the shape of a tenant slug: anything else is not looked up.
+var slugPattern = regexp.MustCompile(`^[a-z0-9-]{1,63}$`)
 
 // routeWebhooks mounts Meta's webhooks (GET handshake, POST events).
 func (s *Server) routeWebhooks(r *mux.Router) {
@@ -42,44 +58,34 @@ func (s *Server) routeWebhooks(r *mux.Router) {
 	r.HandleFunc("/webhooks/whatsapp/{tenant}", s.whatsappEvents).Methods(http.MethodPost)
 }
 
-// whatsappChannel returns the tenant of the path and its whatsapp credential.
-func (s *Server) whatsappChannel(w http.ResponseWriter, r *http.Request) (tenants.Tenant, whatsapp.Credential, error) {
+// whatsappChannel returns the channel of the path's tenant; found is false
+// for a malformed slug, an unknown tenant and one without a credential alike.
+func (s *Server) whatsappChannel(w http.ResponseWriter, r *http.Request) (channel, error) {
 	slug := mux.Vars(r)["tenant"]
-	t, err := s.tenants.BySlug(r.Context(), slug)
-	if errors.Is(err, tenants.ErrNotFound) {
-		return t, whatsapp.Credential{}, engine.Errorf(engine.CodeNotFound, "tenant: not found")
+	if !slugPattern.MatchString(slug) {
+		return channel{}, nil
 	}
-	if err != nil {
-		return t, whatsapp.Credential{}, err
+	ch, err := s.channels.get(r.Context(), slug)
+	if err != nil || !ch.found {
+		return ch, err
 	}
 	if sw, ok := w.(*statusWriter); ok {
-		sw.tenant = t.Slug
+		sw.tenant = ch.tenant.Slug
 	}
-	raw, err := s.vault.Get(r.Context(), t.ID, "whatsapp")
-	if errors.Is(err, tenants.ErrNotFound) {
-		return t, whatsapp.Credential{}, engine.Errorf(engine.CodeNotFound, "tenant has no whatsapp credential")
-	}
-	if err != nil {
-		return t, whatsapp.Credential{}, err
-	}
-	var cred whatsapp.Credential
-	if err := json.Unmarshal(raw, &cred); err != nil {
-		return t, whatsapp.Credential{}, fmt.Errorf("decode whatsapp credential of tenant %s: %w", t.Slug, err)
-	}
-	return t, cred, nil
+	return ch, nil
 }
 
 // whatsappHandshake answers Meta's subscription check: the challenge as
 // text/plain when hub.mode is subscribe and hub.verify_token is the
-// tenant's, 403 otherwise.
+// tenant's, 403 otherwise (an unknown tenant too).
 func (s *Server) whatsappHandshake(w http.ResponseWriter, r *http.Request) {
-	_, cred, err := s.whatsappChannel(w, r)
+	ch, err := s.whatsappChannel(w, r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	challenge, ok := whatsapp.VerifyHandshake(r.URL.Query(), cred.VerifyToken)
-	if !ok {
+	challenge, ok := whatsapp.VerifyHandshake(r.URL.Query(), ch.cred.VerifyToken)
+	if !ch.found || !ok {
 		s.writeError(w, r, engine.Errorf(codeForbidden, "hub.mode must be subscribe and hub.verify_token the tenant's verify_token"))
 		return
 	}
@@ -89,28 +95,46 @@ func (s *Server) whatsappHandshake(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, challenge)
 }
 
+// errBadSignature is the one answer for an unknown tenant and a bad
+// signature.
+var errBadSignature = engine.Errorf(engine.CodeUnauthorized, "%s: missing or not the body's HMAC under the tenant's app_secret", signatureHeader)
+
 // whatsappEvents authenticates, parses and stores one webhook delivery.
 func (s *Server) whatsappEvents(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxWebhookBytes))
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		s.writeError(w, r, engine.Errorf(engine.CodeTooLarge, "body larger than %d bytes", s.cfg.MaxWebhookBytes))
+	limit := s.cfg.MaxWebhookBytes
+	if r.ContentLength > limit {
+		s.writeError(w, r, engine.Errorf(engine.CodeTooLarge, "body larger than %d bytes", limit))
 		return
 	}
-	if err != nil {
-		s.writeError(w, r, engine.Errorf(engine.CodeInvalid, "body: could not be read"))
-		return
-	}
-	t, cred, err := s.whatsappChannel(w, r)
+	ch, err := s.whatsappChannel(w, r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if !whatsapp.VerifySignature(cred.AppSecret, body, r.Header.Get(signatureHeader)) {
-		s.logger.InfoContext(r.Context(), "whatsapp webhook refused: bad or missing signature (is the tenant's app_secret the Meta app's?)",
-			slog.String("tenant", t.Slug))
-		s.writeError(w, r, engine.Errorf(engine.CodeUnauthorized, "%s: missing or not the body's HMAC under the tenant's app_secret", signatureHeader))
+	if !ch.found {
+		s.writeError(w, r, errBadSignature)
 		return
+	}
+	body, sum, err := s.readUnauthenticated(w, r, ch.cred.AppSecret)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if !signatureMatches(sum, r.Header.Get(signatureHeader)) {
+		// The app secret may just have changed: check once against a fresh
+		// copy before refusing.
+		fresh, reloaded, err := s.channels.refresh(r.Context(), ch.tenant.Slug)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if !reloaded || !fresh.found || !whatsapp.VerifySignature(fresh.cred.AppSecret, body, r.Header.Get(signatureHeader)) {
+			s.logger.InfoContext(r.Context(), "whatsapp webhook refused: bad or missing signature (is the tenant's app_secret the Meta app's?)",
+				slog.String("tenant", ch.tenant.Slug))
+			s.writeError(w, r, errBadSignature)
+			return
+		}
+		ch = fresh
 	}
 	if !utf8.Valid(body) {
 		s.writeError(w, r, engine.Errorf(engine.CodeInvalid, "body: not valid UTF-8"))
@@ -118,13 +142,153 @@ func (s *Server) whatsappEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	wh, err := whatsapp.ParseWebhook(body)
 	if err != nil {
-		s.writeError(w, r, engine.Errorf(engine.CodeInvalid, "%s", err.Error()))
+		s.writeError(w, r, engine.Errorf(engine.CodeInvalid, "%s", webhookProblem(err)))
 		return
 	}
-	res, err := s.engine.StoreWebhook(r.Context(), engine.WebhookTenant{ID: t.ID, Slug: t.Slug, PhoneNumberID: cred.PhoneNumberID}, wh)
+	res, err := s.engine.StoreWebhook(r.Context(), engine.WebhookTenant{ID: ch.tenant.ID, Slug: ch.tenant.Slug, PhoneNumberID: ch.cred.PhoneNumberID}, wh)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// readUnauthenticated reads a webhook body that nobody has vouched for yet:
+// in one of Config.MaxUnauthenticatedBodies slots (503 with Retry-After when
+// none frees up within Config.UnauthenticatedBodyWait), within
+// Config.WebhookReadTimeout, at most Config.MaxWebhookBytes (413 beyond),
+// hashed under secret as it is read. It returns the body and its HMAC.
+func (s *Server) readUnauthenticated(w http.ResponseWriter, r *http.Request, secret string) ([]byte, []byte, error) {
+	wait := time.NewTimer(s.cfg.UnauthenticatedBodyWait)
+	defer wait.Stop()
+	select {
+	case s.bodies <- struct{}{}:
+		defer func() { <-s.bodies }()
+	case <-wait.C:
+		w.Header().Set("Retry-After", "1")
+		return nil, nil, engine.Errorf(engine.CodeUnavailable, "too many webhook deliveries in flight; retry shortly")
+	case <-r.Context().Done():
+		return nil, nil, engine.Errorf(engine.CodeUnavailable, "request cancelled")
+	}
+	// The deadline bounds the body only: once read, it is lifted, or the
+	// server's watch for a closed connection would cancel the request
+	// while it is being stored.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.WebhookReadTimeout))
+	limit := s.cfg.MaxWebhookBytes
+	body, err := readHashed(r.Body, limit, r.ContentLength, mac(secret))
+	_ = rc.SetReadDeadline(time.Time{})
+	switch {
+	case errors.Is(err, errTooLarge):
+		return nil, nil, engine.Errorf(engine.CodeTooLarge, "body larger than %d bytes", limit)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, nil, engine.Errorf(engine.CodeUnavailable, "body not received in time")
+	case err != nil:
+		return nil, nil, engine.Errorf(engine.CodeInvalid, "body: could not be read")
+	case secret == "":
+		return body.data, nil, nil // a credential without app_secret verifies nothing
+	}
+	return body.data, body.sum, nil
+}
+
+var errTooLarge = errors.New("body too large")
+
+// hashed is a body read with its HMAC.
+type hashed struct {
+	data, sum []byte
+}
+
+func mac(secret string) hash.Hash { return hmac.New(sha256.New, []byte(secret)) }
+
+// readHashed reads at most limit bytes of body into memory and through h,
+// with errTooLarge for more. The buffer starts at the declared length (or
+// 32 KiB) and never grows past limit, so a stranger's body costs at most
+// limit bytes plus the last copy.
+func readHashed(body io.Reader, limit, declared int64, h hash.Hash) (hashed, error) {
+	size := int64(32 << 10)
+	if declared >= 0 {
+		size = declared + 1 // one more, to see the end without growing
+	}
+	buf := make([]byte, 0, min(size, limit+1))
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) > limit {
+				return hashed{}, errTooLarge
+			}
+			grown := make([]byte, len(buf), min(int64(2*cap(buf)), limit+1))
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		h.Write(buf[len(buf) : len(buf)+n])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return hashed{}, errTooLarge
+		}
+		if errors.Is(err, io.EOF) {
+			return hashed{data: buf, sum: h.Sum(nil)}, nil
+		}
+		if err != nil {
+			return hashed{}, err
+		}
+	}
+}
+
+// signatureMatches reports whether header is "sha256=<hex of sum>", in
+// constant time; a nil sum (no app secret) matches nothing.
+func signatureMatches(sum []byte, header string) bool {
+	const prefix = "sha256="
+	header = strings.TrimSpace(header)
+	if sum == nil || len(header) < len(prefix) || !strings.EqualFold(header[:len(prefix)], prefix) {
+		return false
+	}
+	got, err := hex.DecodeString(header[len(prefix):])
+	return err == nil && hmac.Equal(got, sum)
+}
+
+// webhookProblem words a parse error for the sender: the JSON path and what
+// was wrong, never the Go types encoding/json names.
+func webhookProblem(err error) string {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	msg := strings.TrimPrefix(err.Error(), "parse webhook: ")
+	switch {
+	case errors.As(err, &syntaxErr):
+		return "body: not valid JSON"
+	case errors.As(err, &typeErr):
+		// The parser prefixes where it was ("entry[0].changes[1]: value: ").
+		where, _, _ := strings.Cut(msg, "json: ")
+		path := strings.TrimSuffix(strings.ReplaceAll(strings.TrimSpace(where), ": ", "."), ":")
+		if typeErr.Field != "" {
+			path = strings.TrimPrefix(path+"."+typeErr.Field, ".")
+		}
+		if path == "" {
+			path = "body"
+		}
+		return path + ": must be " + jsonKind(typeErr.Type) + ", not " + typeErr.Value
+	case strings.Contains(msg, "json: ") || strings.Contains(msg, "Go "):
+		return "body: not a WhatsApp webhook (object, entry[].changes[].value as Meta sends them)"
+	}
+	return msg
+}
+
+// jsonKind names the JSON kind a Go type is decoded from.
+func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "another type"
+	}
+	switch t.Kind() {
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return "another type"
 }

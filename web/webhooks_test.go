@@ -197,8 +197,11 @@ func TestWhatsAppHandshake(t *testing.T) {
 		{"wrong token", "acme", "subscribe", "verify-y", http.StatusForbidden},
 		{"no token", "acme", "subscribe", "", http.StatusForbidden},
 		{"wrong mode", "acme", "unsubscribe", waVerifyToken, http.StatusForbidden},
-		{"unknown tenant", "nobody", "subscribe", waVerifyToken, http.StatusNotFound},
-		{"tenant without whatsapp credential", "bare", "subscribe", waVerifyToken, http.StatusNotFound},
+		// Refused like a wrong token: the endpoint does not tell which
+		// slugs exist.
+		{"unknown tenant", "nobody", "subscribe", waVerifyToken, http.StatusForbidden},
+		{"tenant without whatsapp credential", "bare", "subscribe", waVerifyToken, http.StatusForbidden},
+		{"malformed slug", "No%20Body", "subscribe", waVerifyToken, http.StatusForbidden},
 	}
 	for _, c := range cases {
 		q := url.Values{"hub.mode": {c.mode}, "hub.verify_token": {c.token}, "hub.challenge": {"1158201444"}}
@@ -256,7 +259,7 @@ func TestWhatsAppWebhookRefusals(t *testing.T) {
 		{"signed by another tenant's app", "acme", body, whatsapp.Sign("other-secret", body), 401, "unauthorized"},
 		{"signature of another body", "acme", body, whatsapp.Sign(waAppSecret, foreign), 401, "unauthorized"},
 		{"sha1 signature", "acme", body, "sha1=" + strings.TrimPrefix(whatsapp.Sign(waAppSecret, body), "sha256=")[:40], 401, "unauthorized"},
-		{"unknown tenant", "nobody", body, whatsapp.Sign(waAppSecret, body), 404, "not_found"},
+		{"unknown tenant", "nobody", body, whatsapp.Sign(waAppSecret, body), 401, "unauthorized"},
 		{"over the size limit", "acme", huge, whatsapp.Sign(waAppSecret, huge), 413, "payload_too_large"},
 		{"signed but not JSON", "acme", []byte("not json"), whatsapp.Sign(waAppSecret, []byte("not json")), 400, "invalid_request"},
 		{"signed but a message without id", "acme", malformed, whatsapp.Sign(waAppSecret, malformed), 400, "invalid_request"},

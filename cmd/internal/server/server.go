@@ -57,6 +57,9 @@ func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 	if cfg.Role != "all" && cfg.Role != "api" && cfg.Role != "worker" {
 		return fmt.Errorf("--role %q: want all, api or worker", cfg.Role)
 	}
+	if err := web.CheckAdminPassword(cfg.Web.AdminPassword); err != nil {
+		return fmt.Errorf("ORDO_ADMIN_PASSWORD: %w", err)
+	}
 	// Room for the workers' graceful stop (jobs.Config.StopTimeout) and the
 	// HTTP server's in-flight requests.
 	cfg.ShutdownPeriod = cmp.Or(cfg.ShutdownPeriod, cfg.Jobs.WithDefaults().StopTimeout+ShutdownMargin)
@@ -106,8 +109,7 @@ func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 			}
 			return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 		}
-		handler := web.New(cfg.Web, engine.New(pool, log), store, vault, log).Handler()
-		srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
+		srv = web.New(cfg.Web, engine.New(pool, log), store, vault, log).HTTPServer(cfg.Addr)
 		go func() { serveCh <- srv.Serve(ln) }()
 		log.Info("serving", slog.String("addr", ln.Addr().String()))
 		if cfg.Ready != nil {

@@ -1,0 +1,164 @@
+package web
+
+// Failed authentication costs the attacker, not ordo: every well-formed
+// wrong API key is a database lookup, and the admin password has no other
+// brake. So failures are counted per client address and per API key prefix
+// in a fixed window; past Config.AuthFailureLimit in one window the address
+// (or prefix) is answered 429 with Retry-After, before any lookup, until
+// the window ends. A blocked address is blocked for good keys too: telling
+// them apart would take the lookup the block is there to save.
+//
+// Memory is bounded: at most Config.AuthThrottleEntries counters, the least
+// recently failed dropped first.
+
+import (
+	"container/list"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// authThrottle counts failed authentications per key ("addr:…", "key:…").
+type authThrottle struct {
+	limit  int
+	window time.Duration
+	max    int
+	now    func() time.Time
+
+	mu    sync.Mutex
+	order *list.List // of *authFailures, most recently failed first
+	byKey map[string]*list.Element
+}
+
+type authFailures struct {
+	key   string
+	n     int
+	start time.Time // of the current window
+}
+
+func newAuthThrottle(limit int, window time.Duration, max int) *authThrottle {
+	return &authThrottle{limit: limit, window: window, max: max, now: time.Now, order: list.New(), byKey: map[string]*list.Element{}}
+}
+
+// blocked returns how long the first of keys that is over the limit stays
+// blocked, or 0 when none is.
+func (t *authThrottle) blocked(keys ...string) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	for _, k := range keys {
+		el, ok := t.byKey[k]
+		if !ok {
+			continue
+		}
+		f := el.Value.(*authFailures)
+		if end := f.start.Add(t.window); f.n >= t.limit && now.Before(end) {
+			return end.Sub(now)
+		}
+	}
+	return 0
+}
+
+// fail counts one failed authentication against each of keys.
+func (t *authThrottle) fail(keys ...string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	for _, k := range keys {
+		if k == "" {
+			continue
+		}
+		if el, ok := t.byKey[k]; ok {
+			f := el.Value.(*authFailures)
+			if now.Sub(f.start) >= t.window {
+				f.n, f.start = 0, now
+			}
+			f.n++
+			t.order.MoveToFront(el)
+			continue
+		}
+		t.byKey[k] = t.order.PushFront(&authFailures{key: k, n: 1, start: now})
+		for t.order.Len() > t.max {
+			oldest := t.order.Back()
+			t.order.Remove(oldest)
+			delete(t.byKey, oldest.Value.(*authFailures).key)
+		}
+	}
+}
+
+// len is how many keys are tracked (for tests of the bound).
+func (t *authThrottle) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.order.Len()
+}
+
+// retryAfter renders a wait as a Retry-After header value: whole seconds,
+// rounded up.
+func retryAfter(d time.Duration) string {
+	return strconv.Itoa(int(math.Ceil(d.Seconds())))
+}
+
+// clientAddr is the address failed authentications are counted against:
+// the peer's, or, when the peer is a trusted proxy, the nearest untrusted
+// address in X-Forwarded-For. IPv6 clients count per /64, which one host
+// usually owns whole.
+func (s *Server) clientAddr(r *http.Request) string {
+	addr := peerAddr(r)
+	if addr.IsValid() && s.trusted(addr) {
+		hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+		for i := len(hops) - 1; i >= 0; i-- {
+			hop, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+			if err != nil {
+				break
+			}
+			addr = hop.Unmap()
+			if !s.trusted(addr) {
+				break
+			}
+		}
+	}
+	if !addr.IsValid() {
+		return r.RemoteAddr
+	}
+	if addr.Is6() {
+		p, _ := addr.Prefix(64)
+		return p.String()
+	}
+	return addr.String()
+}
+
+// peerAddr is the address of the connection's other end.
+func peerAddr(r *http.Request) netip.Addr {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return a.Unmap()
+}
+
+// trusted reports whether addr is one of Config.TrustedProxies.
+func (s *Server) trusted(addr netip.Addr) bool {
+	for _, p := range s.cfg.TrustedProxies {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// fromTrustedProxy reports whether the request came through a trusted proxy,
+// whose X-Forwarded-* headers may be believed.
+func (s *Server) fromTrustedProxy(r *http.Request) bool {
+	a := peerAddr(r)
+	return a.IsValid() && s.trusted(a)
+}
