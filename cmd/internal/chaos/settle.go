@@ -61,7 +61,7 @@ func (r *run) engineView(ctx context.Context, l *chaosLedger, deadline time.Time
 			go func() {
 				defer func() { <-slots; wg.Done() }()
 				want := "done"
-				if m.permanent() {
+				if m.permanent() || m.failsLater() {
 					want = "dead"
 				}
 				if r.resolution(m.tenant, m.id) == "skipped" {
