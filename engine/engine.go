@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"strconv"
 
+	ordosql "github.com/ordo-dev/ordo/sql"
+
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -35,12 +37,9 @@ func New(pool *pgxpool.Pool, logger *slog.Logger) *Engine {
 	return &Engine{pool: pool, logger: logger, ingest: newBatcher(), fallbackSem: make(chan struct{}, fallbackParallel)}
 }
 
-// Querier is what ingest runs on: the pool, or a caller's transaction.
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// Querier is what a write runs on: the pool, or a caller's transaction
+// (sql.Querier).
+type Querier = ordosql.Querier
 
 // NewMessage is a message offered for acceptance.
 type NewMessage struct {
@@ -105,14 +104,14 @@ func (e *Engine) IngestTx(ctx context.Context, q Querier, m NewMessage) (Accepte
 func translate(err error, doing string) error {
 	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "22023":
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InvalidParameterValue:
 		return &Error{Code: CodeInvalid, Message: pgErr.Message, Err: err}
-	case errors.As(err, &pgErr) && (pgErr.Code == "22021" || pgErr.Code == "22P05"):
+	case errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.CharacterNotInRepertoire || pgErr.Code == pgerrcode.UntranslatableCharacter):
 		// Postgres text and jsonb cannot hold U+0000: bad input, not a fault.
 		return &Error{Code: CodeInvalid, Message: "text must not contain NUL (\\u0000) characters", Err: err}
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable:
 		return &Error{Code: CodeUnavailable, Message: "the conversation is locked by another transaction; retry later", Err: err}
-	case errors.As(err, &pgErr) && pgErr.Code == "P0002":
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.NoDataFound:
 		return &Error{Code: CodeNotFound, Message: pgErr.Message, Err: err}
 	case errors.Is(err, pgx.ErrNoRows):
 		return &Error{Code: CodeNotFound, Message: "not found", Err: err}

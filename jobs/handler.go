@@ -3,9 +3,6 @@ package jobs
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,12 +30,9 @@ const MaxReplies = 50
 
 const maxHandlerAnswer = 1 << 20
 
-// Sign returns the X-Ordo-Signature value for body under secret.
-func Sign(secret, body []byte) string {
-	mac := hmac.New(sha256.New, secret)
-	mac.Write(body)
-	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
-}
+// Sign returns the X-Ordo-Signature value for body under secret: the same
+// "sha256=<hex HMAC-SHA256>" form as Meta's (whatsapp.Sign).
+func Sign(secret, body []byte) string { return whatsapp.Sign(string(secret), body) }
 
 // callHandler POSTs m to the tenant's handler and returns its replies as a
 // JSON array. A tenant without a handler keeps its inbound messages and

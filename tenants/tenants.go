@@ -12,8 +12,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	ordosql "github.com/ordo-dev/ordo/sql"
+
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -54,13 +55,9 @@ type Tenant struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// Querier runs SQL. *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn and pgx.Tx all
-// satisfy it, so writes can join a caller's transaction.
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// Querier is what a write runs on: the pool, or a caller's transaction
+// (sql.Querier).
+type Querier = ordosql.Querier
 
 // Store reads and writes tenants and their API keys. It is safe for concurrent
 // use.

@@ -146,7 +146,7 @@ func TestReadHashed(t *testing.T) {
 		for _, n := range []int{0, 1, 999, 1000, 1001, 5000} {
 			body := bytes.Repeat([]byte("a"), n)
 			src := &countingReader{r: bytes.NewReader(body)}
-			got, err := readHashed(src, 1000, declared, mac("s"))
+			got, err := readHashed(src, 1000, declared, whatsapp.NewMAC("s"))
 			switch {
 			case n > 1000:
 				if !errors.Is(err, errTooLarge) || src.n > 1001 {

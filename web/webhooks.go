@@ -25,7 +25,6 @@ package web
 import (
 	"context"
 	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -176,7 +175,7 @@ func (s *Server) readUnauthenticated(w http.ResponseWriter, r *http.Request, sec
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.WebhookReadTimeout))
 	limit := s.cfg.MaxWebhookBytes
-	body, err := readHashed(r.Body, limit, r.ContentLength, mac(secret))
+	body, err := readHashed(r.Body, limit, r.ContentLength, whatsapp.NewMAC(secret))
 	_ = rc.SetReadDeadline(time.Time{})
 	switch {
 	case errors.Is(err, errTooLarge):
@@ -197,8 +196,6 @@ var errTooLarge = errors.New("body too large")
 type hashed struct {
 	data, sum []byte
 }
-
-func mac(secret string) hash.Hash { return hmac.New(sha256.New, []byte(secret)) }
 
 // readHashed reads at most limit bytes of body into memory and through h,
 // with errTooLarge for more. The buffer starts at the declared length (or

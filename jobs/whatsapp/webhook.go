@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"net/url"
 	"strconv"
 	"strings"
@@ -42,15 +43,21 @@ func VerifySignature(appSecret string, body []byte, header string) bool {
 	if err != nil || len(got) != sha256.Size {
 		return false
 	}
-	mac := hmac.New(sha256.New, []byte(appSecret))
+	mac := NewMAC(appSecret)
 	mac.Write(body)
 	return hmac.Equal(got, mac.Sum(nil))
 }
 
+// NewMAC is the HMAC-SHA256 under secret behind every signature ordo checks
+// or makes: Meta's X-Hub-Signature-256, and X-Ordo-Signature on the calls to
+// a tenant's handler (the same "sha256=<hex>" form). A reader can hash a
+// body as it streams in.
+func NewMAC(secret string) hash.Hash { return hmac.New(sha256.New, []byte(secret)) }
+
 // Sign returns the X-Hub-Signature-256 header Meta would send for body; the
 // sandbox and tests use it to forge genuine webhooks.
 func Sign(appSecret string, body []byte) string {
-	mac := hmac.New(sha256.New, []byte(appSecret))
+	mac := NewMAC(appSecret)
 	mac.Write(body)
 	return signaturePrefix + hex.EncodeToString(mac.Sum(nil))
 }
