@@ -163,3 +163,32 @@ func TestWebhookStatusAndMessageDoNotDeadlockWithFinish(t *testing.T) {
 		t.Fatalf("%d deadlocks between a delivery and a finishing drain", n)
 	}
 }
+
+// Meta's failed status can beat the send's own answer: the delivery finds
+// the step still running (its result not recorded yet). The drain's finish
+// then dead-letters the message — it must not end "done" with the failure
+// only stored. (Found by the crash run: 6 of 18 such messages ended done.)
+func TestFailedStatusBeforeTheSendsAnswerDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true})
+	effect, release := make(chan int64), make(chan struct{})
+	jobs.SetHooks(b.Runner, nil, func(step int64) {
+		effect <- step
+		<-release
+	})
+	b.Start()
+	b.Ingest("c1", "m1", "one")
+	step := <-effect // the provider took it; the answer is not recorded yet
+	deliver(t, b, whatsapp.Webhook{Statuses: []whatsapp.Status{failedStatus(step, 131026, "Message undeliverable")}})
+	close(release)
+	b.WaitFor("m1 finished", 10*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE status IN ('done', 'dead')`) == 1
+	})
+	var status string
+	if err := b.Pool.QueryRow(context.Background(), `SELECT status FROM ordo.messages`).Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.Count(`SELECT count(*) FROM ordo.dead_letters WHERE reason LIKE '%131026%'`); status != "dead" || n != 1 {
+		t.Fatalf("message %s with %d dead letters; want dead with one, naming 131026", status, n)
+	}
+}

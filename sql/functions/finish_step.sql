@@ -12,6 +12,8 @@ CREATE OR REPLACE FUNCTION ordo.finish_step(
     p_message bigint, p_seq bigint, p_last boolean, p_replies jsonb, p_pair_gap interval,
     OUT finished boolean, OUT unlocked boolean)
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_undelivered boolean;
 BEGIN
     finished := false;
     unlocked := false;
@@ -33,14 +35,27 @@ BEGIN
     END IF;
 
     UPDATE ordo.steps s SET status = 'done', provider_message_id = coalesce(p_provider_id, s.provider_message_id), finished_at = now()
-    WHERE s.id = p_step;
+    WHERE s.id = p_step
+    RETURNING s.provider_status = 'failed' INTO v_undelivered;
+    IF v_undelivered THEN
+        -- Meta's failed status beat the send's own answer here (the webhook
+        -- found the step still running): the step is dead-lettered now, as
+        -- the webhook does for a done one (engine/webhooks.go).
+        UPDATE ordo.steps s SET status = 'failed' WHERE s.id = p_step;
+        INSERT INTO ordo.dead_letters (tenant_id, message_pk, step_id, reason, errors)
+        SELECT m.tenant_id, p_message, s.id, coalesce(s.errors->-1->>'error', 'delivery failed'), s.errors
+        FROM ordo.steps s JOIN ordo.messages m ON m.id = s.message_pk WHERE s.id = p_step;
+    END IF;
     IF p_replies IS NOT NULL THEN
         INSERT INTO ordo.steps (message_pk, idx, kind, request)
         SELECT p_message, r.ord, 'send', r.reply FROM jsonb_array_elements(p_replies) WITH ORDINALITY AS r(reply, ord)
         ON CONFLICT (message_pk, idx) DO NOTHING;
     END IF;
     IF p_last THEN
-        UPDATE ordo.messages m SET status = 'done', finished_at = now() WHERE m.id = p_message;
+        -- dead when one of its sends was reported undelivered.
+        UPDATE ordo.messages m SET finished_at = now(), status = CASE WHEN EXISTS (
+            SELECT 1 FROM ordo.steps s WHERE s.message_pk = p_message AND s.status = 'failed') THEN 'dead' ELSE 'done' END
+        WHERE m.id = p_message;
         IF finished THEN
             -- A session lock is not transactional, but the next drain's
             -- takeover waits for this transaction's row lock, so it still
