@@ -25,7 +25,7 @@ SELECT id, now() - retention FROM ordo.tenants WHERE retention > interval '0' OR
 const pruneBatch = `
 SELECT p.messages, p.steps, p.dead_letters, p.sandbox_sends, p.more
 FROM pg_try_advisory_xact_lock($1::int, $2::int) AS lk(ok),
-     LATERAL ordo.prune_messages($3, $4, $5) p
+     LATERAL ordo.prune_messages($3, $4, $4, $5) p
 WHERE lk.ok`
 
 // PruneCounts is what pruning removed: the messages whose content went (their

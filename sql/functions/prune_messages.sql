@@ -1,5 +1,6 @@
 -- ordo.prune_messages removes the content of up to batch of tenant's
--- finished messages created and finished before horizon: their payload (set
+-- finished messages created before horizon and finished before finished_by
+-- (retention passes the same time twice; a purge passes 'infinity'): their payload (set
 -- to NULL), their steps (requests, errors, provider ids and statuses), their
 -- resolved dead letters and the sandbox sends their steps made. The message
 -- row stays: it is the dedupe record (tenant, message_id, conversation, seq,
@@ -13,7 +14,7 @@
 -- and dead letters; the conversation row is read, never locked. That is the
 -- engine's order (conversation → message → step) with its first link left
 -- out; a pruned message is finished and below the head, so no drain writes it.
-CREATE OR REPLACE FUNCTION ordo.prune_messages(tenant bigint, horizon timestamptz, batch int DEFAULT 1000)
+CREATE OR REPLACE FUNCTION ordo.prune_messages(tenant bigint, horizon timestamptz, finished_by timestamptz, batch int DEFAULT 1000)
 RETURNS TABLE (messages int, steps int, dead_letters int, sandbox_sends int, more boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -32,7 +33,7 @@ BEGIN
         JOIN ordo.conversations c ON c.id = m.conversation_pk
         WHERE m.tenant_id = tenant AND m.payload IS NOT NULL
           AND m.id < coalesce(v_bound, 9223372036854775807)
-          AND m.created_at < horizon AND m.finished_at < horizon
+          AND m.created_at < horizon AND m.finished_at < finished_by
           AND m.status IN ('done', 'dead', 'skipped')
           AND m.seq <= c.head_seq
           AND NOT EXISTS (SELECT 1 FROM ordo.dead_letters d WHERE d.message_pk = m.id AND d.resolved_at IS NULL)
