@@ -126,4 +126,3 @@ func (e *Engine) batch(ctx context.Context, f func(pgx.Tx) error) error {
 }
 
 const setPurgeLockTimeout = `SELECT set_config('lock_timeout', $1, true)`
-
