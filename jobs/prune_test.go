@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -234,5 +235,76 @@ func TestPurge(t *testing.T) {
 	}
 	if _, err := b.Engine.Purge(ctx, "nobody", time.Now(), false); engine.ErrorCode(err) != engine.CodeNotFound {
 		t.Errorf("purge of an unknown tenant: %v, want not found", err)
+	}
+}
+
+// With the workers running, pruning a large old conversation and draining
+// a live one go on side by side: the live messages are sent in order while
+// the pruner works through its batches, and both finish.
+func TestPrunerAndDrainBothProgress(t *testing.T) {
+	t.Parallel()
+	f := setupRetention(t)
+	b, ctx := f.b, context.Background()
+	// 5,000 more finished old messages in "old", pruned 100 at a time. Ids
+	// grow with time (the pruner stops at the first recent one), so the
+	// recent message goes first.
+	f.exec(`DELETE FROM ordo.messages WHERE message_id = 'recent-1'`)
+	f.exec(`WITH c AS (UPDATE ordo.conversations SET last_seq = last_seq + 5000, head_seq = head_seq + 5000
+	                   WHERE conversation_id = 'old' RETURNING id, tenant_id, head_seq)
+	        INSERT INTO ordo.messages (tenant_id, conversation_pk, message_id, seq, direction, payload, status, created_at, finished_at)
+	        SELECT c.tenant_id, c.id, 'bulk-' || g, c.head_seq - 5000 + g, 'outbound', '{"to":"1","type":"text","text":{"body":"x"}}',
+	               'done', now() - interval '40 days', now() - interval '40 days'
+	        FROM c, generate_series(1, 5000) g`)
+	b.Start()
+	done := make(chan jobs.PruneCounts, 1)
+	go func() {
+		n, err := jobs.NewPruner(b.Pool, 100, nil).Once(ctx)
+		if err != nil {
+			t.Errorf("prune: %v", err)
+		}
+		done <- n
+	}()
+	for i := range 20 {
+		b.Ingest("live", "live-"+strconv.Itoa(i), "hi")
+	}
+	b.WaitFor("the live conversation drained", 30*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE message_id LIKE 'live-%' AND status = 'done'`) == 20
+	})
+	if n := <-done; n.Messages != 5003 {
+		t.Errorf("pruned %d messages, want 5003", n.Messages)
+	}
+	if n := b.Count(`SELECT count(*) FROM ordo.messages WHERE message_id LIKE 'live-%' AND payload IS NULL`); n != 0 {
+		t.Errorf("%d live messages pruned inside the retention", n)
+	}
+}
+
+// purge --all while a conversation's drain is at work: the drain is fenced
+// (its next write finds no conversation) and writes nothing back; the
+// conversation and everything in it is gone, and the workers go on with
+// others.
+func TestPurgeAllFencesADrainInFlight(t *testing.T) {
+	t.Parallel()
+	b := jobstest.Setup(t, jobstest.Options{})
+	ctx := context.Background()
+	for i := range 200 {
+		b.Ingest("busy", "busy-"+strconv.Itoa(i), "hi")
+	}
+	b.WaitFor("the drain started", 10*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`) > 0
+	})
+	got, err := b.Engine.Purge(ctx, b.Tenant.Slug, time.Now(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Conversations != 1 || got.DedupeRecords != 200 {
+		t.Errorf("purge --all = %+v, want 1 conversation and its 200 messages", got)
+	}
+	b.Ingest("other", "other-1", "hi")
+	b.WaitFor("another conversation drained", 20*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE message_id = 'other-1' AND status = 'done'`) == 1
+	})
+	if n := b.Count(`SELECT count(*) FROM ordo.messages WHERE message_id LIKE 'busy-%'`) +
+		b.Count(`SELECT count(*) FROM ordo.conversations WHERE conversation_id = 'busy'`); n != 0 {
+		t.Errorf("%d rows of the purged conversation came back", n)
 	}
 }
