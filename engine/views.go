@@ -33,7 +33,10 @@ type Message struct {
 	Payload        json.RawMessage `json:"payload"`
 	CreatedAt      time.Time       `json:"created_at"`
 	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
-	Steps          []Step          `json:"steps"`
+	// Pruned: the message's content (payload, steps) was removed after its
+	// tenant's retention or by a purge; what is left is its dedupe record.
+	Pruned bool   `json:"pruned,omitempty"`
+	Steps  []Step `json:"steps"`
 }
 
 const messageQuery = `
@@ -58,6 +61,7 @@ func (e *Engine) Message(ctx context.Context, tenantID int64, messageID string) 
 	if err != nil {
 		return Message{}, translate(err, "read message")
 	}
+	m.Pruned = m.Payload == nil
 	rows, _ := e.pool.Query(ctx, stepsQuery, tenantID, messageID)
 	m.Steps, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Step, error) {
 		var s Step

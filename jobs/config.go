@@ -108,7 +108,31 @@ type Config struct {
 	// WhatsAppAPIURL is the Cloud API's base URL. Default
 	// WhatsAppAPIURLDefault.
 	WhatsAppAPIURL string
+	// PruneInterval is how often the pruner removes the content of messages
+	// past their tenant's retention (prune.go). Default PruneIntervalDefault;
+	// negative turns the pruner off in this process.
+	PruneInterval time.Duration
+	// PruneBatch is how many messages one pruning transaction handles.
+	// Default PruneBatchDefault.
+	PruneBatch int
 }
+
+// PruneIntervalDefault and PruneBatchDefault are Config's pruning defaults.
+const (
+	PruneIntervalDefault = time.Minute
+	PruneBatchDefault    = 1000
+)
+
+// River's cleaner deletes finished drain jobs after these (River's defaults
+// are 24h, 24h and 7 days). A completed drain job is worth nothing once its
+// conversation moved on (the messages and steps are the record), and at 100
+// messages/s a day of them is millions of rows in River's hot table; failed
+// ones are kept for a week to be looked at.
+const (
+	CompletedJobRetention = time.Hour
+	CancelledJobRetention = 24 * time.Hour
+	DiscardedJobRetention = 7 * 24 * time.Hour
+)
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
@@ -131,6 +155,8 @@ func (c Config) WithDefaults() Config {
 	c.PausedRecheck = cmp.Or(c.PausedRecheck, PausedRecheckDefault)
 	c.PairRateUnit = cmp.Or(c.PairRateUnit, PairRateUnitDefault)
 	c.WhatsAppAPIURL = cmp.Or(c.WhatsAppAPIURL, WhatsAppAPIURLDefault)
+	c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
+	c.PruneBatch = cmp.Or(c.PruneBatch, PruneBatchDefault)
 	return c
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,6 +23,8 @@ type Runner struct {
 	client     *river.Client[pgx.Tx]
 	drainer    *Drainer
 	reconciler *reconciler
+	pruner     *Pruner
+	interval   time.Duration // the pruner's; negative: no pruner here
 	cancel     context.CancelFunc
 	done       chan struct{}
 }
@@ -51,7 +54,11 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		FetchCooldown:     2 * time.Millisecond, // River's 100ms default would add up to 100ms per message
 		FetchPollInterval: cfg.FetchPollInterval,
 		JobTimeout:        -1,
-		Logger:            logger.With(slog.String("component", "river")),
+		// Finished drain jobs go by River's own cleaner (config.go).
+		CompletedJobRetentionPeriod: CompletedJobRetention,
+		CancelledJobRetentionPeriod: CancelledJobRetention,
+		DiscardedJobRetentionPeriod: DiscardedJobRetention,
+		Logger:                      logger.With(slog.String("component", "river")),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
@@ -62,6 +69,8 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		client:     client,
 		drainer:    d,
 		reconciler: &reconciler{pool: pool, interval: cfg.ReconcileInterval, after: cfg.StrandedAfter, orphans: cfg.OrphanInterval, logger: logger},
+		pruner:     NewPruner(pool, cfg.PruneBatch, logger),
+		interval:   cfg.PruneInterval,
 	}, nil
 }
 
@@ -76,9 +85,14 @@ func (r *Runner) Start(ctx context.Context) error {
 	rctx, cancel := context.WithCancel(ctx)
 	r.cancel = cancel
 	r.done = make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { r.reconciler.loop(rctx) })
+	if r.interval > 0 {
+		wg.Go(func() { r.pruner.loop(rctx, r.interval) })
+	}
 	go func() {
 		defer close(r.done)
-		r.reconciler.loop(rctx)
+		wg.Wait()
 	}()
 	return nil
 }

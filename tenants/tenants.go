@@ -53,6 +53,10 @@ type Tenant struct {
 	SendingPausedReason string `json:"sending_paused_reason,omitempty"`
 	// CreatedAt is when the tenant was created.
 	CreatedAt time.Time `json:"created_at"`
+	// Retention is how long a finished message keeps its content (payload,
+	// steps, resolved dead letters) before the pruner removes it; its dedupe
+	// record stays for ever. RetentionDefault unless changed; 0 keeps all.
+	Retention Retention `json:"retention"`
 }
 
 // Querier is what a write runs on: the pool, or a caller's transaction
@@ -103,7 +107,7 @@ const insertTenant = `
 INSERT INTO ordo.tenants (slug, name, handler_url)
 VALUES ($1, $2, NULLIF($3, ''))
 RETURNING id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
-       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at`
+       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at, extract(epoch FROM retention)::bigint`
 
 // Create stores a tenant together with its first API key and a random handler
 // secret, in one transaction: either all three exist afterwards or none.
@@ -171,6 +175,9 @@ type UpdateParams struct {
 	SendRate *int
 	// PairGapMS, if set, is 0 (off)..86400000 milliseconds.
 	PairGapMS *int
+	// Retention, if set, is how long finished messages keep their content;
+	// 0 keeps it for ever.
+	Retention *Retention
 }
 
 func (p UpdateParams) validate() error {
@@ -199,6 +206,9 @@ func (p UpdateParams) validate() error {
 	if p.PairGapMS != nil && (*p.PairGapMS < 0 || *p.PairGapMS > 86400000) {
 		return invalid("pair_gap", "must be between 0 (off) and 24h")
 	}
+	if p.Retention != nil && (*p.Retention < 0 || (*p.Retention > 0 && time.Duration(*p.Retention) < RetentionMin)) {
+		return invalid("retention", "must be 0 (keep for ever) or at least %s", RetentionMin)
+	}
 	return nil
 }
 
@@ -212,10 +222,11 @@ UPDATE ordo.tenants SET
     ambiguous      = COALESCE($5::text, ambiguous),
     max_attempts   = COALESCE($6::int, max_attempts),
     send_rate      = COALESCE($7::int, send_rate),
-    pair_gap_ms    = COALESCE($8::int, pair_gap_ms)
+    pair_gap_ms    = COALESCE($8::int, pair_gap_ms),
+    retention      = COALESCE(make_interval(secs => $9::bigint), retention)
 WHERE slug = $1
 RETURNING id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
-       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at`
+       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at, extract(epoch FROM retention)::bigint`
 
 // Update changes the settings of the tenant with slug and returns the result.
 func (s *Store) Update(ctx context.Context, slug string, p UpdateParams) (Tenant, error) {
@@ -223,7 +234,7 @@ func (s *Store) Update(ctx context.Context, slug string, p UpdateParams) (Tenant
 		return Tenant{}, err
 	}
 	t, err := scanTenant(s.pool.QueryRow(ctx, updateTenant,
-		slug, p.HandlerURL, p.Name, p.OnDeadLetter, p.Ambiguous, p.MaxAttempts, p.SendRate, p.PairGapMS))
+		slug, p.HandlerURL, p.Name, p.OnDeadLetter, p.Ambiguous, p.MaxAttempts, p.SendRate, p.PairGapMS, p.Retention.seconds()))
 	if err != nil {
 		return Tenant{}, fmt.Errorf("update tenant %q: %w", slug, notFound(err))
 	}
@@ -232,7 +243,7 @@ func (s *Store) Update(ctx context.Context, slug string, p UpdateParams) (Tenant
 
 const selectTenantBySlug = `
 SELECT id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
-       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at
+       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at, extract(epoch FROM retention)::bigint
 FROM ordo.tenants WHERE slug = $1`
 
 // BySlug returns the tenant with slug, or ErrNotFound.
@@ -259,7 +270,7 @@ func (s *Store) ResumeSending(ctx context.Context, slug string) (resumed bool, e
 
 const selectTenantByID = `
 SELECT id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
-       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at
+       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at, extract(epoch FROM retention)::bigint
 FROM ordo.tenants WHERE id = $1`
 
 // ByID returns the tenant with id, or ErrNotFound.
@@ -273,7 +284,7 @@ func (s *Store) ByID(ctx context.Context, id int64) (Tenant, error) {
 
 const selectTenants = `
 SELECT id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
-       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at
+       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at, extract(epoch FROM retention)::bigint
 FROM ordo.tenants ORDER BY slug`
 
 // List returns every tenant, ordered by slug.
@@ -311,8 +322,10 @@ func (s *Store) HandlerSecret(ctx context.Context, tenantID int64) ([]byte, erro
 
 func scanTenant(row pgx.Row) (Tenant, error) {
 	var t Tenant
+	var retention int64
 	err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.HandlerURL, &t.OnDeadLetter, &t.Ambiguous, &t.MaxAttempts,
-		&t.SendRate, &t.PairGapMS, &t.SendingPausedAt, &t.SendingPausedReason, &t.CreatedAt)
+		&t.SendRate, &t.PairGapMS, &t.SendingPausedAt, &t.SendingPausedReason, &t.CreatedAt, &retention)
+	t.Retention = Retention(time.Duration(retention) * time.Second)
 	return t, err
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -79,7 +80,8 @@ func TestCreate(t *testing.T) {
 		t.Fatalf("create: %v", err)
 	}
 	want := tenants.Tenant{ID: c.Tenant.ID, Slug: "acme", Name: "Acme Ltd", HandlerURL: "https://n8n.example.com/webhook/ordo",
-		OnDeadLetter: "halt", Ambiguous: "reconcile", MaxAttempts: 8, SendRate: 80, CreatedAt: c.Tenant.CreatedAt}
+		OnDeadLetter: "halt", Ambiguous: "reconcile", MaxAttempts: 8, SendRate: 80, CreatedAt: c.Tenant.CreatedAt,
+		Retention: tenants.Retention(tenants.RetentionDefault)}
 	if c.Tenant != want {
 		t.Errorf("created tenant = %+v, want %+v", c.Tenant, want)
 	}
@@ -205,12 +207,14 @@ func TestUpdate(t *testing.T) {
 		OnDeadLetter: ptr("skip"),
 		Ambiguous:    ptr("resend"),
 		MaxAttempts:  ptr(3),
+		Retention:    ptr(tenants.Retention(90 * 24 * time.Hour)),
 	})
 	if err != nil {
 		t.Fatalf("update: %v", err)
 	}
 	want := tenants.Tenant{ID: c.Tenant.ID, Slug: "acme", Name: "Acme", HandlerURL: "http://n8n:5678/webhook/acme",
-		OnDeadLetter: "skip", Ambiguous: "resend", MaxAttempts: 3, SendRate: 80, CreatedAt: c.Tenant.CreatedAt}
+		OnDeadLetter: "skip", Ambiguous: "resend", MaxAttempts: 3, SendRate: 80, CreatedAt: c.Tenant.CreatedAt,
+		Retention: tenants.Retention(90 * 24 * time.Hour)}
 	if got != want {
 		t.Errorf("updated = %+v, want %+v", got, want)
 	}

@@ -38,6 +38,7 @@ func commands() []command {
 		{name: "credential", summary: "credential set --tenant S --name whatsapp --from-file F|-", run: runCredential},
 		{name: "keys", summary: "keys rotate | keys generate", run: runKeys},
 		{name: "dead-letters", summary: "dead-letters list|replay|skip", run: runDeadLetters},
+		{name: "purge", summary: "purge --tenant S [--before T] [--all]: erase a tenant's content", run: runPurge},
 		{name: "version", summary: "print the build (module version, commit, Go version) as JSON", run: runVersion},
 		{name: "testenv", summary: "run a command against a throwaway Postgres (make test)", run: runTestEnv, hidden: true},
 	}

@@ -11,7 +11,7 @@ import (
 
 const tenantUsage = "ordo tenant create --slug S [--name N] [--handler-url U] | " +
 	"update --slug S [--handler-url U] [--name N] [--on-dead-letter halt|skip] [--ambiguous reconcile|resend] [--max-attempts N] " +
-	"[--send-rate N] [--pair-gap D] | resume --slug S | list"
+	"[--send-rate N] [--pair-gap D] [--retention 30d|0] | resume --slug S | list"
 
 // runTenant is `ordo tenant create|update|list`.
 func runTenant(ctx context.Context, env *cli.Env, args []string) error {
@@ -73,13 +73,18 @@ func tenantUpdate(ctx context.Context, env *cli.Env, args []string) error {
 	maxAttempts := fs.Int("max-attempts", 0, "attempts a step gets before its message is dead-lettered, 1..100")
 	sendRate := fs.Int("send-rate", 0, "WhatsApp sends per second for the tenant's phone number (default 80); 0 is unpaced")
 	pairGap := fs.Duration("pair-gap", 0, "minimum gap between two sends to one user, e.g. 6s; 0 is off")
+	retention := fs.String("retention", "", fmt.Sprintf("how long finished messages keep their content, e.g. 30d or 12h (default %s); "+
+		"0 keeps it for ever; the dedupe record is kept for ever either way", tenants.Retention(tenants.RetentionDefault)))
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := requireFlag("slug", *slug); err != nil {
 		return err
 	}
-	var p tenants.UpdateParams
+	var (
+		p        tenants.UpdateParams
+		parseErr error
+	)
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
 		case "handler-url":
@@ -97,8 +102,15 @@ func tenantUpdate(ctx context.Context, env *cli.Env, args []string) error {
 		case "pair-gap":
 			ms := int(pairGap.Milliseconds())
 			p.PairGapMS = &ms
+		case "retention":
+			r, err := tenants.ParseRetention(*retention)
+			parseErr = err
+			p.Retention = &r
 		}
 	})
+	if parseErr != nil {
+		return parseErr
+	}
 	if p == (tenants.UpdateParams{}) {
 		return fmt.Errorf("nothing to change; usage: %s", tenantUsage)
 	}

@@ -82,6 +82,9 @@ type benchConfig struct {
 	profile string
 	// keep leaves the cluster directory in place after the run.
 	keep bool
+	// dedupeRows pruned dedupe records are loaded into ordo's template
+	// before the runs (bench_dedupe.go).
+	dedupeRows int
 }
 
 func parseBenchFlags(env *cli.Env, args []string) (benchConfig, error) {
@@ -113,6 +116,7 @@ func parseBenchFlags(env *cli.Env, args []string) (benchConfig, error) {
 	fs.DurationVar(&c.stall, "stall", 30*time.Second, "a run with no send for this long ends; what is missing is lost")
 	fs.StringVar(&c.profile, "profile", "", "directory for CPU profiles and pg_stat_statements tops per system and scenario (off when empty)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the cluster directory afterwards")
+	fs.IntVar(&c.dedupeRows, "dedupe-rows", 0, "pruned messages (dedupe records only, another tenant's) loaded into ordo's database before the runs, e.g. 20000000")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return c, err
 	}

@@ -162,6 +162,9 @@ func (b *benchEnv) makeTemplates(ctx context.Context) error {
 	if err := ordosql.Up(b.cluster.URL(ordoTemplate)); err != nil {
 		return err
 	}
+	if err := b.loadDedupe(ctx); err != nil {
+		return err
+	}
 	if err := b.cluster.CreateDatabase(ctx, riverTemplate); err != nil {
 		return err
 	}
@@ -185,7 +188,11 @@ func (b *benchEnv) makeTemplates(ctx context.Context) error {
 func (b *benchEnv) newDatabase(ctx context.Context, template string) (name, url string, drop func(), err error) {
 	b.runs++
 	name = fmt.Sprintf("run_%d", b.runs)
-	_, err = b.admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{template}.Sanitize())
+	strategy := "" // WAL_LOG, Postgres' default: cheap for a small template
+	if b.cfg.dedupeRows > 0 {
+		strategy = " STRATEGY FILE_COPY" // gigabytes of dedupe records: copy files, not WAL
+	}
+	_, err = b.admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{template}.Sanitize()+strategy)
 	if err != nil {
 		return "", "", nil, fmt.Errorf("create database %s: %w", name, err)
 	}
