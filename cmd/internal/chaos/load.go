@@ -229,11 +229,12 @@ func (l *chaosLedger) accepted() []*chaosMsg {
 	return out
 }
 
-// permanentMessages returns the accepted messages the provider fails for good.
+// permanentMessages returns the accepted messages that must end as dead
+// letters: the provider fails them for good, or Meta reports them failed.
 func (l *chaosLedger) permanentMessages() []*chaosMsg {
 	var out []*chaosMsg
 	for _, m := range l.accepted() {
-		if m.permanent() {
+		if m.permanent() || m.failsLater() {
 			out = append(out, m)
 		}
 	}
