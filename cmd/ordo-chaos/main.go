@@ -36,9 +36,9 @@ func main() {
 	fs.IntVar(&c.Clients, "clients", 40, "concurrent clients")
 	fs.Float64Var(&c.Rate, "rate", 40, "messages offered per second")
 	fs.DurationVar(&c.Quiesce, "quiesce", 3*time.Minute, "bound on the wait for every accepted message to settle")
-	fs.IntVar(&c.RollingDeploys, "rolling-deploys", 0, "rolling SIGTERM deploys of every process under load (a duplicate they cause fails the run)")
-	fs.IntVar(&c.OperatorResolves, "operator-resolves", 0, "dead letters replayed or skipped while their conversations are busy")
-	fs.IntVar(&c.SQLBatch, "sql-batch", 0, "an application enqueuing through ordo.enqueue_message, this many conversations per transaction, some rolled back (0: none)")
+	fs.IntVar(&c.RollingDeploys, "rolling-deploys", 1, "rolling SIGTERM deploys of every process under load (a duplicate they cause fails the run)")
+	fs.IntVar(&c.OperatorResolves, "operator-resolves", 2, "dead letters replayed or skipped while their conversations are busy")
+	fs.IntVar(&c.SQLBatch, "sql-batch", 20, "an application enqueuing through ordo.enqueue_message, this many conversations per transaction, some rolled back (0: none)")
 	fs.StringVar(&c.Dir, "dir", "", "directory for the cluster and the logs (default: a temporary one, kept if the run fails)")
 	if err := cli.ParseFlags(fs, os.Args[1:]); err != nil {
 		os.Exit(2)
