@@ -28,7 +28,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		if p := keyPrefix(key); p != "" {
 			prefix = "key:" + p
 		}
-		if wait := s.throttle.blocked(addr, prefix); wait > 0 {
+		if wait := s.throttle.blocked(addr, prefix); wait > 0 && !s.good.has(key) {
 			s.tooManyFailures(w, r, wait)
 			return
 		}
@@ -45,6 +45,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
+		s.good.add(key)
 		if rw, ok := w.(*statusWriter); ok {
 			rw.tenant = t.Slug
 		}

@@ -137,6 +137,7 @@ type Server struct {
 	vault    *tenants.Vault
 	logger   *slog.Logger
 	throttle *authThrottle // failed authentications (throttle.go)
+	good     goodKeys      // API keys that authenticated recently (throttle.go)
 	channels *channelCache // webhook tenants and credentials (channels.go)
 	bodies   chan struct{} // slots for unauthenticated webhook bodies
 }

@@ -5,14 +5,18 @@ package web
 // brake. So failures are counted per client address and per API key prefix
 // in a fixed window; past Config.AuthFailureLimit in one window the address
 // (or prefix) is answered 429 with Retry-After, before any lookup, until
-// the window ends. A blocked address is blocked for good keys too: telling
-// them apart would take the lookup the block is there to save.
+// the window ends. A key that authenticated recently passes a block (its
+// lookup still runs, so a revoked key is still refused): one tenant's broken
+// key behind a shared address (an n8n serving many tenants, a NAT) must not
+// lock out every other tenant's traffic, nor a guesser on a key's public
+// prefix lock out the real key; any other key is blocked without a lookup.
 //
 // Memory is bounded: at most Config.AuthThrottleEntries counters, the least
 // recently failed dropped first.
 
 import (
 	"container/list"
+	"crypto/sha256"
 	"math"
 	"net"
 	"net/http"
@@ -22,6 +26,43 @@ import (
 	"sync"
 	"time"
 )
+
+// goodKeys remembers the SHA-256 of API keys that authenticated within
+// goodKeyTTL, at most goodKeysMax of them.
+type goodKeys struct {
+	mu sync.Mutex
+	m  map[[32]byte]time.Time
+}
+
+const (
+	goodKeyTTL  = 10 * time.Minute
+	goodKeysMax = 10000
+)
+
+func (g *goodKeys) add(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m == nil {
+		g.m = make(map[[32]byte]time.Time)
+	}
+	if len(g.m) >= goodKeysMax {
+		for k := range g.m { // drop any one: the map stays bounded
+			delete(g.m, k)
+			break
+		}
+	}
+	g.m[sha256.Sum256([]byte(key))] = time.Now().Add(goodKeyTTL)
+}
+
+func (g *goodKeys) has(key string) bool {
+	if key == "" {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	until, ok := g.m[sha256.Sum256([]byte(key))]
+	return ok && time.Now().Before(until)
+}
 
 // authThrottle counts failed authentications per key ("addr:…", "key:…").
 type authThrottle struct {
