@@ -60,6 +60,9 @@ const LockTimeout = time.Second
 // transaction it runs in.
 const lockTimeoutQuery = `SELECT set_config('lock_timeout', $1, true)`
 
+// lockTimeoutSetting is LockTimeout as lockTimeoutQuery's argument.
+var lockTimeoutSetting = strconv.FormatInt(LockTimeout.Milliseconds(), 10) + "ms"
+
 // ingestCall is one Ingest waiting for its batch.
 type ingestCall struct {
 	ctx  context.Context
@@ -309,7 +312,7 @@ func (e *Engine) ingestEach(calls []*ingestCall) {
 // bounded by LockTimeout.
 func (e *Engine) ingestOne(ctx context.Context, m NewMessage) (a Accepted, err error) {
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, lockTimeoutQuery, strconv.FormatInt(LockTimeout.Milliseconds(), 10)+"ms"); err != nil {
+		if _, err := tx.Exec(ctx, lockTimeoutQuery, lockTimeoutSetting); err != nil {
 			return err
 		}
 		a, err = e.IngestTx(ctx, tx, m)

@@ -95,7 +95,7 @@ func (e *Engine) StoreWebhook(ctx context.Context, t WebhookTenant, wh whatsapp.
 	for attempt := 1; ; attempt++ {
 		var res WebhookResult
 		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, lockTimeoutQuery, strconv.FormatInt(LockTimeout.Milliseconds(), 10)+"ms"); err != nil {
+			if _, err := tx.Exec(ctx, lockTimeoutQuery, lockTimeoutSetting); err != nil {
 				return err
 			}
 			// Conversations first (the messages), then steps (the statuses).
