@@ -110,7 +110,7 @@ func translate(err error, doing string) error {
 		// Postgres text and jsonb cannot hold U+0000: bad input, not a fault.
 		return &Error{Code: CodeInvalid, Message: "text must not contain NUL (\\u0000) characters", Err: err}
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable:
-		return &Error{Code: CodeUnavailable, Message: "the conversation is locked by another transaction; retry later", Err: err}
+		return &Error{Code: CodeUnavailable, Message: errLocked.Message, Err: err}
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.NoDataFound:
 		return &Error{Code: CodeNotFound, Message: pgErr.Message, Err: err}
 	case errors.Is(err, pgx.ErrNoRows):

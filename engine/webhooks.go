@@ -222,7 +222,7 @@ func (e *Engine) applyStatuses(ctx context.Context, tx pgx.Tx, tenantID int64, b
 		}
 	}
 	if len(undone) > 0 {
-		if _, err := tx.Exec(ctx, deadLetterUndelivered, tenantID, undone); err != nil {
+		if _, err := tx.Exec(ctx, deadLetterUndelivered, undone); err != nil {
 			return 0, fmt.Errorf("dead-letter undelivered messages: %w", err)
 		}
 	}
@@ -322,18 +322,6 @@ WHERE st.id = best.id AND best.rank > st.provider_status_rank
 RETURNING st.id, best.status = 'failed' AND st.status = 'done',
     (SELECT m.message_id FROM ordo.messages m WHERE m.id = st.message_pk)`
 
-// deadLetterUndelivered dead-letters the messages of done send steps ($2)
-// that a failed status said were never delivered: the step failed, the
-// message dead (unless later steps of it still run), a dead letter with the
-// step's error history. Step, then message, then dead letter.
-const deadLetterUndelivered = `
-WITH st AS (
-    UPDATE ordo.steps s SET status = 'failed'
-    WHERE s.id = ANY($2::bigint[]) AND s.status = 'done'
-    RETURNING s.id, s.message_pk, s.errors
-), m AS (
-    UPDATE ordo.messages m SET status = 'dead' FROM st WHERE m.id = st.message_pk AND m.status = 'done'
-    RETURNING m.id
-)
-INSERT INTO ordo.dead_letters (tenant_id, message_pk, step_id, reason, errors)
-SELECT $1, st.message_pk, st.id, coalesce(st.errors->-1->>'error', 'delivery failed'), st.errors FROM st`
+// deadLetterUndelivered dead-letters the messages of done send steps ($1)
+// a failed status said were never delivered.
+const deadLetterUndelivered = `SELECT ordo.dead_letter_undelivered($1)`

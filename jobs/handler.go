@@ -144,24 +144,21 @@ func parseReplies(answer []byte) (json.RawMessage, error) {
 		}
 		return nil, &failure{msg: `handler answer is not {"replies": [...]} (a JSON object with a "replies" array; {"replies": []} for none)`, action: actDeadLetter}
 	}
-	a := struct{ Replies []json.RawMessage }{Replies: *raw.Replies}
-	if len(a.Replies) > MaxReplies {
-		return nil, &failure{msg: fmt.Sprintf("handler answered %d replies; at most %d", len(a.Replies), MaxReplies), action: actDeadLetter}
+	replies := *raw.Replies
+	if len(replies) > MaxReplies {
+		return nil, &failure{msg: fmt.Sprintf("handler answered %d replies; at most %d", len(replies), MaxReplies), action: actDeadLetter}
 	}
-	for i, reply := range a.Replies {
+	for i, reply := range replies {
 		if t := bytes.TrimSpace(reply); len(t) == 0 || t[0] != '{' {
 			return nil, &failure{msg: fmt.Sprintf("handler reply %d is not a JSON object", i), action: actDeadLetter}
 		}
 		// Refused now, the reply names its path; refused by WhatsApp at send
 		// time, it would only say "Invalid parameter".
 		if err := whatsapp.ValidateMessage(reply); err != nil {
-			return nil, &failure{msg: fmt.Sprintf("reply %d of %d: %v", i+1, len(a.Replies), err), action: actDeadLetter}
+			return nil, &failure{msg: fmt.Sprintf("reply %d of %d: %v", i+1, len(replies), err), action: actDeadLetter}
 		}
 	}
-	if a.Replies == nil {
-		return json.RawMessage("[]"), nil
-	}
-	out, _ := json.Marshal(a.Replies)
+	out, _ := json.Marshal(replies)
 	return out, nil
 }
 

@@ -41,10 +41,7 @@ BEGIN
         -- Meta's failed status beat the send's own answer here (the webhook
         -- found the step still running): the step is dead-lettered now, as
         -- the webhook does for a done one (engine/webhooks.go).
-        UPDATE ordo.steps s SET status = 'failed' WHERE s.id = p_step;
-        INSERT INTO ordo.dead_letters (tenant_id, message_pk, step_id, reason, errors)
-        SELECT m.tenant_id, p_message, s.id, coalesce(s.errors->-1->>'error', 'delivery failed'), s.errors
-        FROM ordo.steps s JOIN ordo.messages m ON m.id = s.message_pk WHERE s.id = p_step;
+        PERFORM ordo.dead_letter_undelivered(ARRAY[p_step]);
     END IF;
     IF p_replies IS NOT NULL THEN
         INSERT INTO ordo.steps (message_pk, idx, kind, request)
