@@ -109,6 +109,7 @@ u AS (
 SELECT lk.ok, u.fence, u.head_seq, u.last_seq, u.halted, u.tenant_id, u.conversation_id, u.drain_job_id,
        t.slug, t.name, COALESCE(t.handler_url, ''), t.on_dead_letter, t.ambiguous, t.max_attempts,
        t.send_rate, t.pair_gap_ms, t.sending_paused_at, COALESCE(t.sending_paused_reason, ''), t.created_at,
+       t.handler_mode, t.handler_timeout_ms, t.reply_deadline_ms, COALESCE(t.events_url, ''), t.weight, t.max_concurrency,
        cr.updated_at,
        CASE WHEN u.fence IS NOT NULL THEN set_config('ordo.fence', u.fence::text, true) END
 FROM lk LEFT JOIN u ON true
@@ -141,11 +142,18 @@ func openSession(ctx context.Context, pool *pgxpool.Pool, conv int64, lease int6
 		reason  *string
 		created *time.Time
 		paused  *time.Time
+		mode    *string
+		hto     *int
+		rdl     *int
+		events  *string
+		weight  *int
+		maxConc *int
 	)
 	b := &pgx.Batch{}
 	b.Queue(openQuery, lockNamespace, conv, strconv.FormatInt(lease, 10)).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&locked, &fence, &head, &last, &halted, &tenant, &convID, &st.drainJobID,
-			&slug, &name, &handler, &onDead, &ambig, &maxAtt, &rate, &gap, &paused, &reason, &created, &st.credentialAt, nil)
+			&slug, &name, &handler, &onDead, &ambig, &maxAtt, &rate, &gap, &paused, &reason, &created,
+			&mode, &hto, &rdl, &events, &weight, &maxConc, &st.credentialAt, nil)
 	})
 	// The first message is read — and its first step started, when it can —
 	// in the same round trip and transaction; it means something only when
@@ -177,7 +185,8 @@ func openSession(ctx context.Context, pool *pgxpool.Pool, conv int64, lease int6
 	st.fence, st.headSeq, st.lastSeq, st.halted, st.tenantID, st.conversationID = *fence, *head, *last, *halted, *tenant, *convID
 	if slug != nil {
 		st.tenant = tenants.Tenant{ID: *tenant, Slug: *slug, Name: *name, HandlerURL: *handler, OnDeadLetter: *onDead, Ambiguous: *ambig,
-			MaxAttempts: *maxAtt, SendRate: *rate, PairGapMS: *gap, SendingPausedAt: paused, SendingPausedReason: *reason, CreatedAt: *created}
+			MaxAttempts: *maxAtt, SendRate: *rate, PairGapMS: *gap, SendingPausedAt: paused, SendingPausedReason: *reason, CreatedAt: *created,
+			HandlerMode: *mode, HandlerTimeoutMS: *hto, ReplyDeadlineMS: *rdl, EventsURL: *events, Weight: *weight, MaxConcurrency: *maxConc}
 	}
 	return s, st, true, nil
 }

@@ -137,10 +137,9 @@ func (s *Store) ListAPIKeys(ctx context.Context, tenantSlug string) ([]APIKey, e
 // authenticate looks a key up by the hash of the whole key; the hash index
 // makes it one lookup and no secret byte steers a branch.
 const authenticate = `
-SELECT t.id, t.slug, t.name, COALESCE(t.handler_url, ''), t.on_dead_letter, t.ambiguous, t.max_attempts, t.send_rate, t.pair_gap_ms,
-       t.sending_paused_at, COALESCE(t.sending_paused_reason, ''), t.created_at, extract(epoch FROM t.retention)::bigint
-FROM ordo.api_keys k JOIN ordo.tenants t ON t.id = k.tenant_id
-WHERE k.hash = $1 AND k.revoked_at IS NULL`
+SELECT ` + tenantColumns + `
+FROM ordo.tenants
+WHERE id = (SELECT k.tenant_id FROM ordo.api_keys k WHERE k.hash = $1 AND k.revoked_at IS NULL)`
 
 // Authenticate returns the tenant that owns key. A malformed, unknown or
 // revoked key gives ErrUnauthorized, the three indistinguishable to callers.

@@ -57,7 +57,40 @@ type Tenant struct {
 	// steps, resolved dead letters) before the pruner removes it; its dedupe
 	// record stays for ever. RetentionDefault unless changed; 0 keeps all.
 	Retention Retention `json:"retention"`
+	// Weight is the tenant's share of the workers when several tenants have
+	// runnable conversations, 1..1000; WeightDefault unless changed.
+	Weight int `json:"weight"`
+	// MaxConcurrency caps the tenant's conversations drained at once across
+	// every worker process, 0..10000; 0 (default) is no cap beyond the
+	// fair share.
+	MaxConcurrency int `json:"max_concurrency"`
+	// HandlerMode is how the handler answers: "sync" (default: the replies
+	// in the answer), "async" (posted later to /v1/messages/{id}/replies) or
+	// "notify" (any 2xx is done).
+	HandlerMode string `json:"handler_mode"`
+	// HandlerTimeoutMS bounds one handler call, in milliseconds;
+	// HandlerTimeoutDefault unless changed.
+	HandlerTimeoutMS int `json:"handler_timeout_ms"`
+	// ReplyDeadlineMS is how long an async handler has to post its replies,
+	// in milliseconds; ReplyDeadlineDefault unless changed.
+	ReplyDeadlineMS int `json:"reply_deadline_ms"`
+	// EventsURL receives the tenant's events (message.sent, …); empty: none.
+	EventsURL string `json:"events_url"`
 }
+
+// Defaults of the settings a tenant starts with (the columns' defaults in
+// sql/migrations/000004_tenant_settings.up.sql).
+const (
+	WeightDefault         = 1
+	HandlerModeDefault    = "sync"
+	HandlerTimeoutDefault = 30 * time.Second
+	ReplyDeadlineDefault  = 10 * time.Minute
+)
+
+// tenantColumns is what every read of a tenant selects, in scanTenant's order.
+const tenantColumns = `id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
+       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at, extract(epoch FROM retention)::bigint,
+       weight, max_concurrency, handler_mode, handler_timeout_ms, reply_deadline_ms, COALESCE(events_url, '')`
 
 // Querier is what a write runs on: the pool, or a caller's transaction
 // (sql.Querier).
@@ -106,8 +139,7 @@ const HandlerCredential = "handler"
 const insertTenant = `
 INSERT INTO ordo.tenants (slug, name, handler_url)
 VALUES ($1, $2, NULLIF($3, ''))
-RETURNING id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
-       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at, extract(epoch FROM retention)::bigint`
+RETURNING ` + tenantColumns
 
 // Create stores a tenant together with its first API key and a random handler
 // secret, in one transaction: either all three exist afterwards or none.
@@ -178,9 +210,41 @@ type UpdateParams struct {
 	// Retention, if set, is how long finished messages keep their content;
 	// 0 keeps it for ever.
 	Retention *Retention
+	// Weight, if set, is 1..1000.
+	Weight *int
+	// MaxConcurrency, if set, is 0 (no cap)..10000.
+	MaxConcurrency *int
+	// HandlerMode, if set, is "sync", "async" or "notify".
+	HandlerMode *string
+	// HandlerTimeoutMS, if set, is 1000..600000 milliseconds.
+	HandlerTimeoutMS *int
+	// ReplyDeadlineMS, if set, is 1000..86400000 milliseconds.
+	ReplyDeadlineMS *int
+	// EventsURL, if set, replaces the events URL; "" removes it.
+	EventsURL *string
 }
 
 func (p UpdateParams) validate() error {
+	if p.Weight != nil && (*p.Weight < 1 || *p.Weight > 1000) {
+		return invalid("weight", "must be between 1 and 1000")
+	}
+	if p.MaxConcurrency != nil && (*p.MaxConcurrency < 0 || *p.MaxConcurrency > 10000) {
+		return invalid("max_concurrency", "must be between 0 (no cap) and 10000")
+	}
+	if p.HandlerMode != nil && *p.HandlerMode != "sync" && *p.HandlerMode != "async" && *p.HandlerMode != "notify" {
+		return invalid("handler_mode", "must be sync, async or notify")
+	}
+	if p.HandlerTimeoutMS != nil && (*p.HandlerTimeoutMS < 1000 || *p.HandlerTimeoutMS > 600000) {
+		return invalid("handler_timeout", "must be between 1s and 10m")
+	}
+	if p.ReplyDeadlineMS != nil && (*p.ReplyDeadlineMS < 1000 || *p.ReplyDeadlineMS > 86400000) {
+		return invalid("reply_deadline", "must be between 1s and 24h")
+	}
+	if p.EventsURL != nil {
+		if err := validateURL("events_url", *p.EventsURL); err != nil {
+			return err
+		}
+	}
 	if p.HandlerURL != nil {
 		if err := validateHandlerURL(*p.HandlerURL); err != nil {
 			return err
@@ -223,10 +287,15 @@ UPDATE ordo.tenants SET
     max_attempts   = COALESCE($6::int, max_attempts),
     send_rate      = COALESCE($7::int, send_rate),
     pair_gap_ms    = COALESCE($8::int, pair_gap_ms),
-    retention      = COALESCE(make_interval(secs => $9::bigint), retention)
+    retention      = COALESCE(make_interval(secs => $9::bigint), retention),
+    weight             = COALESCE($10::int, weight),
+    max_concurrency    = COALESCE($11::int, max_concurrency),
+    handler_mode       = COALESCE($12::text, handler_mode),
+    handler_timeout_ms = COALESCE($13::int, handler_timeout_ms),
+    reply_deadline_ms  = COALESCE($14::int, reply_deadline_ms),
+    events_url         = CASE WHEN $15::text IS NULL THEN events_url ELSE NULLIF($15::text, '') END
 WHERE slug = $1
-RETURNING id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
-       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at, extract(epoch FROM retention)::bigint`
+RETURNING ` + tenantColumns
 
 // Update changes the settings of the tenant with slug and returns the result.
 func (s *Store) Update(ctx context.Context, slug string, p UpdateParams) (Tenant, error) {
@@ -234,7 +303,8 @@ func (s *Store) Update(ctx context.Context, slug string, p UpdateParams) (Tenant
 		return Tenant{}, err
 	}
 	t, err := scanTenant(s.pool.QueryRow(ctx, updateTenant,
-		slug, p.HandlerURL, p.Name, p.OnDeadLetter, p.Ambiguous, p.MaxAttempts, p.SendRate, p.PairGapMS, p.Retention.seconds()))
+		slug, p.HandlerURL, p.Name, p.OnDeadLetter, p.Ambiguous, p.MaxAttempts, p.SendRate, p.PairGapMS, p.Retention.seconds(),
+		p.Weight, p.MaxConcurrency, p.HandlerMode, p.HandlerTimeoutMS, p.ReplyDeadlineMS, p.EventsURL))
 	if err != nil {
 		return Tenant{}, fmt.Errorf("update tenant %q: %w", slug, notFound(err))
 	}
@@ -242,8 +312,7 @@ func (s *Store) Update(ctx context.Context, slug string, p UpdateParams) (Tenant
 }
 
 const selectTenantBySlug = `
-SELECT id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
-       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at, extract(epoch FROM retention)::bigint
+SELECT ` + tenantColumns + `
 FROM ordo.tenants WHERE slug = $1`
 
 // BySlug returns the tenant with slug, or ErrNotFound.
@@ -269,8 +338,7 @@ func (s *Store) ResumeSending(ctx context.Context, slug string) (resumed bool, e
 }
 
 const selectTenantByID = `
-SELECT id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
-       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at, extract(epoch FROM retention)::bigint
+SELECT ` + tenantColumns + `
 FROM ordo.tenants WHERE id = $1`
 
 // ByID returns the tenant with id, or ErrNotFound.
@@ -283,8 +351,7 @@ func (s *Store) ByID(ctx context.Context, id int64) (Tenant, error) {
 }
 
 const selectTenants = `
-SELECT id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
-       sending_paused_at, COALESCE(sending_paused_reason, ''), created_at, extract(epoch FROM retention)::bigint
+SELECT ` + tenantColumns + `
 FROM ordo.tenants ORDER BY slug`
 
 // List returns every tenant, ordered by slug.
@@ -324,7 +391,8 @@ func scanTenant(row pgx.Row) (Tenant, error) {
 	var t Tenant
 	var retention int64
 	err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.HandlerURL, &t.OnDeadLetter, &t.Ambiguous, &t.MaxAttempts,
-		&t.SendRate, &t.PairGapMS, &t.SendingPausedAt, &t.SendingPausedReason, &t.CreatedAt, &retention)
+		&t.SendRate, &t.PairGapMS, &t.SendingPausedAt, &t.SendingPausedReason, &t.CreatedAt, &retention,
+		&t.Weight, &t.MaxConcurrency, &t.HandlerMode, &t.HandlerTimeoutMS, &t.ReplyDeadlineMS, &t.EventsURL)
 	t.Retention = Retention(time.Duration(retention) * time.Second)
 	return t, err
 }
@@ -360,16 +428,19 @@ func validateName(name string) error {
 }
 
 // validateHandlerURL accepts "" (no handler) or an absolute http(s) URL.
-func validateHandlerURL(s string) error {
+func validateHandlerURL(s string) error { return validateURL("handler_url", s) }
+
+// validateURL accepts "" (none) or an absolute http(s) URL for field.
+func validateURL(field, s string) error {
 	if s == "" {
 		return nil
 	}
 	if len(s) > 2048 {
-		return invalid("handler_url", "must be at most 2048 characters")
+		return invalid(field, "must be at most 2048 characters")
 	}
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return invalid("handler_url", "must be an absolute http or https URL")
+		return invalid(field, "must be an absolute http or https URL")
 	}
 	return nil
 }

@@ -81,7 +81,8 @@ func TestCreate(t *testing.T) {
 	}
 	want := tenants.Tenant{ID: c.Tenant.ID, Slug: "acme", Name: "Acme Ltd", HandlerURL: "https://n8n.example.com/webhook/ordo",
 		OnDeadLetter: "halt", Ambiguous: "reconcile", MaxAttempts: 8, SendRate: 80, CreatedAt: c.Tenant.CreatedAt,
-		Retention: tenants.Retention(tenants.RetentionDefault)}
+		Retention: tenants.Retention(tenants.RetentionDefault), Weight: tenants.WeightDefault, HandlerMode: tenants.HandlerModeDefault,
+		HandlerTimeoutMS: int(tenants.HandlerTimeoutDefault.Milliseconds()), ReplyDeadlineMS: int(tenants.ReplyDeadlineDefault.Milliseconds())}
 	if c.Tenant != want {
 		t.Errorf("created tenant = %+v, want %+v", c.Tenant, want)
 	}
@@ -202,19 +203,26 @@ func TestUpdate(t *testing.T) {
 	c := createTenant(t, b, "acme")
 
 	got, err := b.store.Update(ctx, "acme", tenants.UpdateParams{
-		HandlerURL:   ptr("http://n8n:5678/webhook/acme"),
-		Name:         ptr("Acme"),
-		OnDeadLetter: ptr("skip"),
-		Ambiguous:    ptr("resend"),
-		MaxAttempts:  ptr(3),
-		Retention:    ptr(tenants.Retention(90 * 24 * time.Hour)),
+		HandlerURL:       ptr("http://n8n:5678/webhook/acme"),
+		Name:             ptr("Acme"),
+		OnDeadLetter:     ptr("skip"),
+		Ambiguous:        ptr("resend"),
+		MaxAttempts:      ptr(3),
+		Retention:        ptr(tenants.Retention(90 * 24 * time.Hour)),
+		Weight:           ptr(3),
+		MaxConcurrency:   ptr(5),
+		HandlerMode:      ptr("async"),
+		HandlerTimeoutMS: ptr(60000),
+		ReplyDeadlineMS:  ptr(120000),
+		EventsURL:        ptr("https://n8n.example.com/webhook/events"),
 	})
 	if err != nil {
 		t.Fatalf("update: %v", err)
 	}
 	want := tenants.Tenant{ID: c.Tenant.ID, Slug: "acme", Name: "Acme", HandlerURL: "http://n8n:5678/webhook/acme",
 		OnDeadLetter: "skip", Ambiguous: "resend", MaxAttempts: 3, SendRate: 80, CreatedAt: c.Tenant.CreatedAt,
-		Retention: tenants.Retention(90 * 24 * time.Hour)}
+		Retention: tenants.Retention(90 * 24 * time.Hour), Weight: 3, MaxConcurrency: 5, HandlerMode: "async",
+		HandlerTimeoutMS: 60000, ReplyDeadlineMS: 120000, EventsURL: "https://n8n.example.com/webhook/events"}
 	if got != want {
 		t.Errorf("updated = %+v, want %+v", got, want)
 	}
@@ -245,6 +253,12 @@ func TestUpdate(t *testing.T) {
 		{tenants.UpdateParams{MaxAttempts: ptr(101)}, "max_attempts"},
 		{tenants.UpdateParams{HandlerURL: ptr("mailto:ops@example.com")}, "handler_url"},
 		{tenants.UpdateParams{Name: ptr(strings.Repeat("é", 201))}, "name"},
+		{tenants.UpdateParams{Weight: ptr(0)}, "weight"},
+		{tenants.UpdateParams{MaxConcurrency: ptr(-1)}, "max_concurrency"},
+		{tenants.UpdateParams{HandlerMode: ptr("later")}, "handler_mode"},
+		{tenants.UpdateParams{HandlerTimeoutMS: ptr(999)}, "handler_timeout"},
+		{tenants.UpdateParams{ReplyDeadlineMS: ptr(86400001)}, "reply_deadline"},
+		{tenants.UpdateParams{EventsURL: ptr("ftp://x")}, "events_url"},
 	} {
 		_, err := b.store.Update(ctx, "acme", tt.p)
 		assertInvalid(t, err, tt.field)

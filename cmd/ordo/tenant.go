@@ -11,7 +11,8 @@ import (
 
 const tenantUsage = "ordo tenant create --slug S [--name N] [--handler-url U] | " +
 	"update --slug S [--handler-url U] [--name N] [--on-dead-letter halt|skip] [--ambiguous reconcile|resend] [--max-attempts N] " +
-	"[--send-rate N] [--pair-gap D] [--retention 30d|0] | resume --slug S | list"
+	"[--send-rate N] [--pair-gap D] [--retention 30d|0] [--weight W] [--max-concurrency N] " +
+	"[--handler-mode sync|async|notify] [--handler-timeout D] [--reply-deadline D] [--events-url U] | resume --slug S | list"
 
 // runTenant is `ordo tenant create|update|list`.
 func runTenant(ctx context.Context, env *cli.Env, args []string) error {
@@ -75,6 +76,12 @@ func tenantUpdate(ctx context.Context, env *cli.Env, args []string) error {
 	pairGap := fs.Duration("pair-gap", 0, "minimum gap between two sends to one user, e.g. 6s; 0 is off")
 	retention := fs.String("retention", "", fmt.Sprintf("how long finished messages keep their content, e.g. 30d or 12h (default %s); "+
 		"0 keeps it for ever; the dedupe record is kept for ever either way", tenants.Retention(tenants.RetentionDefault)))
+	weight := fs.Int("weight", 0, fmt.Sprintf("the tenant's share of the workers when several tenants have work, 1..1000 (default %d)", tenants.WeightDefault))
+	maxConc := fs.Int("max-concurrency", 0, "conversations of the tenant drained at once across every worker process; 0 (default) is no cap beyond the fair share")
+	handlerMode := fs.String("handler-mode", "", fmt.Sprintf("how the handler answers: sync (replies in the answer), async (replies posted to /v1/messages/{id}/replies) or notify (any 2xx is done) (default %s)", tenants.HandlerModeDefault))
+	handlerTimeout := fs.Duration("handler-timeout", 0, fmt.Sprintf("how long one handler call may take, 1s..10m (default %s)", tenants.HandlerTimeoutDefault))
+	replyDeadline := fs.Duration("reply-deadline", 0, fmt.Sprintf("how long an async handler has to post its replies, 1s..24h (default %s)", tenants.ReplyDeadlineDefault))
+	eventsURL := fs.String("events-url", "", `where the tenant's events are POSTed; "" removes it`)
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
@@ -106,6 +113,20 @@ func tenantUpdate(ctx context.Context, env *cli.Env, args []string) error {
 			r, err := tenants.ParseRetention(*retention)
 			parseErr = err
 			p.Retention = &r
+		case "weight":
+			p.Weight = weight
+		case "max-concurrency":
+			p.MaxConcurrency = maxConc
+		case "handler-mode":
+			p.HandlerMode = handlerMode
+		case "handler-timeout":
+			ms := int(handlerTimeout.Milliseconds())
+			p.HandlerTimeoutMS = &ms
+		case "reply-deadline":
+			ms := int(replyDeadline.Milliseconds())
+			p.ReplyDeadlineMS = &ms
+		case "events-url":
+			p.EventsURL = eventsURL
 		}
 	})
 	if parseErr != nil {
