@@ -1,7 +1,9 @@
-// Package jobs does the work: River runs one drain job per conversation that
-// has something to do; the drain holds the conversation's advisory lock,
-// fences every write, and runs each message's steps (call the tenant's
-// handler, send each reply) in seq order through the WhatsApp channel.
+// Package jobs does the work: each worker process keeps Config.Workers River
+// runner jobs that claim conversations from the ready set, tenant by tenant
+// in weighted turns (scheduler.go), and drain them: the drain holds the
+// conversation's advisory lock, fences every write, and runs each message's
+// steps (call the tenant's handler, send each reply) in seq order through
+// the WhatsApp channel.
 package jobs
 
 import (
@@ -21,13 +23,11 @@ const (
 	MaxRunTimeDefault        = 5 * time.Second
 	RetryBaseDefault         = time.Second
 	RetryMaxDefault          = 5 * time.Minute
-	LockBusyDelayDefault     = time.Second
-	ReconcileIntervalDefault = 2 * time.Second
-	StrandedAfterDefault     = 10 * time.Second
+	DrainErrorDelayDefault   = time.Second
 	OrphanIntervalDefault    = 30 * time.Second
 	FetchPollIntervalDefault = 200 * time.Millisecond
 	ReconcileWaitDefault     = 30 * time.Second
-	PaceMaxSleepDefault      = time.Second
+	PaceMaxSleepDefault      = 20 * time.Millisecond
 	PausedRecheckDefault     = 30 * time.Second
 	PairRateUnitDefault      = time.Second
 	// StopGraceExtra is what StopTimeout adds to the longer of HandlerTimeout
@@ -38,8 +38,8 @@ const (
 
 // Config tunes the workers. Zero values take the defaults named per field.
 type Config struct {
-	// Workers is how many conversations one process drains at once.
-	// Default WorkersDefault.
+	// Workers is how many conversations one process drains at once (its
+	// runner jobs). Default WorkersDefault.
 	Workers int
 	// HandlerTimeout bounds one call to a tenant's handler. Default
 	// HandlerTimeoutDefault.
@@ -69,32 +69,34 @@ type Config struct {
 	// RetryMaxDefault.
 	RetryBase time.Duration
 	RetryMax  time.Duration
-	// LockBusyDelay is how long a drain that finds its conversation locked by
-	// another waits before trying again. Default LockBusyDelayDefault.
-	LockBusyDelay time.Duration
-	// ReconcileInterval is how often stranded conversations (their drain job
-	// lost with a crashed worker) are looked for. Default
-	// ReconcileIntervalDefault.
-	ReconcileInterval time.Duration
-	// StrandedAfter is how long a running drain job may go without holding
-	// its conversation's lock before it is presumed dead. Default
-	// StrandedAfterDefault.
-	StrandedAfter time.Duration
+	// DrainErrorDelay is how long a conversation whose drain failed (the
+	// database went away mid-run) waits before it is claimed again; a drain
+	// whose worker died is claimed again when its lease is over. Default
+	// DrainErrorDelayDefault.
+	DrainErrorDelay time.Duration
 	// OrphanInterval is how often conversations with work but no drain at
 	// all (only a bug or an operator's hand makes one) are looked for; the
 	// look scans the conversations table. Default OrphanIntervalDefault.
 	OrphanInterval time.Duration
-	// FetchPollInterval is River's fallback poll; inserts are picked up at
-	// once through LISTEN/NOTIFY. Default FetchPollIntervalDefault.
+	// FetchPollInterval is how long an idle runner waits before it looks
+	// for due conversations again (and River's fallback poll); conversations
+	// that become due are picked up at once through LISTEN/NOTIFY, and the
+	// end of a wait the scheduler knows of wakes it too. Default
+	// FetchPollIntervalDefault.
 	FetchPollInterval time.Duration
+	// RefreshMin is how often, at most, a process re-reads which tenants
+	// have due conversations (scheduler.go). Default RefreshMinDefault.
+	RefreshMin time.Duration
 	// ReconcileWait is how long a send whose outcome is unknown waits for a
 	// status webhook before it is sent again (tenant policy reconcile).
 	// Default ReconcileWaitDefault.
 	ReconcileWait time.Duration
-	// PaceMaxSleep is how long a drain sleeps, holding its conversation, for
-	// a send slot (its phone number's pacing, its user's pair gap); a slot
-	// further out stays reserved and the drain snoozes until it. It must be
-	// below Lease. Default PaceMaxSleepDefault.
+	// PaceMaxSleep is how long a drain sleeps, holding its conversation and
+	// its worker, for a send slot (its phone number's pacing, its user's pair
+	// gap); a slot further out stays reserved and the conversation waits for
+	// it in the ready set, holding nothing. Short, so that a paced tenant's
+	// drains never sit on the workers other tenants need. It must be below
+	// Lease. Default PaceMaxSleepDefault.
 	PaceMaxSleep time.Duration
 	// PausedRecheck is how long the drain of a tenant whose sending is paused
 	// snoozes before looking again; resuming wakes the drains at once, so
@@ -123,11 +125,9 @@ const (
 	PruneBatchDefault    = 1000
 )
 
-// River's cleaner deletes finished drain jobs after these (River's defaults
-// are 24h, 24h and 7 days). A completed drain job is worth nothing once its
-// conversation moved on (the messages and steps are the record), and at 100
-// messages/s a day of them is millions of rows in River's hot table; failed
-// ones are kept for a week to be looked at.
+// River's cleaner deletes finished jobs after these (River's defaults are
+// 24h, 24h and 7 days). A completed runner job is worth nothing once it
+// ended; failed ones are kept for a week to be looked at.
 const (
 	CompletedJobRetention = time.Hour
 	CancelledJobRetention = 24 * time.Hour
@@ -145,9 +145,8 @@ func (c Config) WithDefaults() Config {
 	c.MaxRunTime = cmp.Or(c.MaxRunTime, MaxRunTimeDefault)
 	c.RetryBase = cmp.Or(c.RetryBase, RetryBaseDefault)
 	c.RetryMax = cmp.Or(c.RetryMax, RetryMaxDefault)
-	c.LockBusyDelay = cmp.Or(c.LockBusyDelay, LockBusyDelayDefault)
-	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
-	c.StrandedAfter = cmp.Or(c.StrandedAfter, StrandedAfterDefault)
+	c.DrainErrorDelay = cmp.Or(c.DrainErrorDelay, DrainErrorDelayDefault)
+	c.RefreshMin = cmp.Or(c.RefreshMin, RefreshMinDefault)
 	c.OrphanInterval = cmp.Or(c.OrphanInterval, OrphanIntervalDefault)
 	c.FetchPollInterval = cmp.Or(c.FetchPollInterval, FetchPollIntervalDefault)
 	c.ReconcileWait = cmp.Or(c.ReconcileWait, ReconcileWaitDefault)

@@ -12,28 +12,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 
 	"github.com/ordo-dev/ordo/jobs/whatsapp"
 	"github.com/ordo-dev/ordo/tenants"
 )
-
-// DrainArgs is the River job that drains one conversation.
-// ordo.insert_drain_job (sql/functions) inserts it from SQL; this is its Go
-// side (sql/drain_job_test.go shows River takes that row as its own).
-type DrainArgs struct {
-	Conversation int64 `json:"conversation"`
-	// Tenant is the conversation's tenant (0 in jobs inserted by an ordo
-	// before drain jobs carried it): the drain passes its sending number to
-	// the takeover.
-	Tenant int64 `json:"tenant,omitempty"`
-}
-
-// Kind is the River job kind, the same string ordo.insert_drain_job inserts.
-func (DrainArgs) Kind() string { return "ordo_drain" }
-
-// Queue is the River queue drains run on.
-const Queue = "ordo"
 
 // Drainer runs conversations: one message at a time, in seq order, each step
 // checkpointed behind the conversation's fence.
@@ -84,42 +66,30 @@ type message struct {
 	payload   json.RawMessage
 }
 
-const clearHaltedQuery = `UPDATE ordo.conversations SET drain_job_id = NULL WHERE id = $1 AND fence = $2 AND halted_at IS NOT NULL`
+// clearHaltedQuery takes a halted conversation out of the ready set (an
+// operator's replay puts it back).
+const clearHaltedQuery = `
+WITH c AS (SELECT id FROM ordo.conversations WHERE id = $1 AND fence = $2 AND halted_at IS NOT NULL FOR NO KEY UPDATE)
+DELETE FROM ordo.ready r USING c WHERE r.conversation_pk = c.id`
 
-const currentJobQuery = `SELECT drain_job_id IS NOT DISTINCT FROM $2 FROM ordo.conversations WHERE id = $1`
+// ended says how a drain run ended: park, the conversation waits (or
+// yields) and is due again after wait; otherwise the run ended it (caught
+// up, halted, gone) or failed.
+type ended struct {
+	park bool
+	wait time.Duration
+}
 
-// Drain runs conversation conv until it has nothing left, yields, must wait
-// (a step's backoff), or halts on a dead letter. jobID is the River job;
-// tenant, the conversation's tenant, is a hint (0: unknown).
-func (d *Drainer) Drain(ctx context.Context, conv, tenant, jobID int64) error {
+// drain runs the conversation claimed by s (st: its state at the takeover)
+// until it has nothing left, yields, must wait (a step's backoff), or halts
+// on a dead letter. runner names the runner in the log.
+func (d *Drainer) drain(ctx context.Context, s *session, st convState, runner string) (ended, error) {
 	started := time.Now()
-	// The takeover starts the first message's first step when it can: a
-	// send only with the tenant's number at hand (cached credential).
-	var phone *string
-	if p, ok := d.creds.phone(tenant); ok {
-		phone = &p
-	}
-	s, st, found, err := openSession(ctx, d.pool, conv, d.cfg.Lease.Milliseconds(), phone)
-	if errors.Is(err, errLockBusy) {
-		// Another drain has it. If this job is the one the conversation
-		// counts on, come back; if not, the holder's own finish covers it.
-		var current bool
-		if err := d.pool.QueryRow(ctx, currentJobQuery, conv, jobID).Scan(&current); err == nil && !current {
-			return nil
-		}
-		return river.JobSnooze(d.cfg.LockBusyDelay)
-	}
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	if !found {
-		return nil // conversation deleted with its tenant
-	}
-	log := d.logger.With(slog.Int64("conversation", conv), slog.Int64("job_id", jobID), slog.Int64("fence", st.fence))
+	conv := s.conv
+	log := d.logger.With(slog.Int64("conversation", conv), slog.String("runner", runner), slog.Int64("fence", st.fence))
 	if st.halted {
 		_, err := s.conn.Exec(ctx, clearHaltedQuery, conv, st.fence)
-		return err
+		return ended{}, s.fail(err)
 	}
 	r := &run{d: d, s: s, tenant: st.tenant, conversationID: st.conversationID, log: log, credentialAt: st.credentialAt}
 
@@ -131,7 +101,7 @@ func (d *Drainer) Drain(ctx context.Context, conv, tenant, jobID int64) error {
 	}
 	for n := 0; ; n++ {
 		if !within(n) && !r.prefetched { // a prefetched message may have started: it goes on
-			return river.JobSnooze(0) // yield the worker; keep our place in line
+			return ended{park: true}, nil // yield the worker; due again now, behind its tenant's others
 		}
 		if n > 0 && !r.prefetched {
 			m, steps, err = r.next(ctx, head)
@@ -143,38 +113,38 @@ func (d *Drainer) Drain(ctx context.Context, conv, tenant, jobID int64) error {
 			}
 			done, err := s.finish(ctx)
 			if err != nil {
-				return r.stop(err)
+				return ended{}, r.stop(err)
 			}
 			if done {
-				return nil
+				return ended{}, nil
 			}
 			continue
 		}
 		if err != nil {
-			return err
+			return ended{}, err
 		}
 		// The message's last write reads (and may start) the next one when
 		// this run will go on to it.
 		r.prefetch = within(n + 1)
 		out, err := r.message(ctx, m, steps)
 		if err != nil {
-			return r.stop(err)
+			return ended{}, r.stop(err)
 		}
 		switch out.kind {
 		case outcomeDone:
 			head = m.seq
 			if out.finished {
-				return nil // the message's last write also finished the drain
+				return ended{}, nil // the message's last write also finished the drain
 			}
 			if out.next != nil {
 				m, steps, err = out.next.m, out.next.steps, out.next.err
 				r.prefetched = true
 			}
 		case outcomeWait:
-			return river.JobSnooze(out.delay)
+			return ended{park: true, wait: out.delay}, nil
 		case outcomeHalted:
 			log.WarnContext(ctx, "conversation halted on a dead letter", slog.String("message_id", m.id), slog.Int64("seq", m.seq))
-			return nil
+			return ended{}, nil
 		}
 	}
 }
@@ -196,8 +166,8 @@ const nextStepQuery = `SELECT * FROM ordo.next_step($1, $2, $3, $4, $5)`
 
 // firstQuery is nextStepQuery in takeover mode (no fence, head or tenant:
 // ordo.next_step takes them from the takeover that precedes it in the same
-// transaction, and starts nothing when that takeover did not get the lock).
-const firstQuery = `SELECT * FROM ordo.next_step($1, NULL, NULL, NULL, $2)`
+// transaction, and reads nothing when the claim before it found nothing).
+const firstQuery = `SELECT * FROM ordo.next_step(nullif(current_setting('ordo.claimed', true), '')::bigint, NULL, NULL, NULL, $1)`
 
 // next returns the message after head and its steps (pgx.ErrNoRows: none).
 func (r *run) next(ctx context.Context, head int64) (message, []step, error) {
@@ -260,22 +230,3 @@ func (r *run) stop(err error) error {
 	return err
 }
 
-// Worker adapts the Drainer to River.
-type drainWorker struct {
-	river.WorkerDefaults[DrainArgs]
-	d *Drainer
-}
-
-func (w *drainWorker) Work(ctx context.Context, job *river.Job[DrainArgs]) error {
-	return w.d.Drain(ctx, job.Args.Conversation, job.Args.Tenant, job.ID)
-}
-
-// NextRetry: a drain fails only on infrastructure errors (the database went
-// away); come back soon rather than on River's slow default schedule.
-func (w *drainWorker) NextRetry(job *river.Job[DrainArgs]) time.Time {
-	d := time.Duration(1<<min(job.Attempt, 5)) * time.Second
-	return time.Now().Add(d)
-}
-
-// Timeout: a drain bounds itself (MaxRunTime plus one step's timeout).
-func (w *drainWorker) Timeout(*river.Job[DrainArgs]) time.Duration { return -1 }

@@ -131,7 +131,7 @@ func TestMessageAtDrainFinishIsNeverStranded(t *testing.T) {
 				}
 				close(release)
 				b.WaitFor("drain to finish", 5*time.Second, func() bool {
-					return b.Count(`SELECT count(*) FROM ordo.conversations WHERE drain_job_id IS NULL`) == 1
+					return b.Count(`SELECT count(*) FROM ordo.conversations c WHERE NOT EXISTS (SELECT 1 FROM ordo.ready r WHERE r.conversation_pk = c.id)`) == 1
 				})
 				b.Ingest("c1", "m2", "two")
 			}

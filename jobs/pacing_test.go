@@ -31,8 +31,8 @@ func secondRunner(t *testing.T, b *jobstest.Bundle, workers int, onSend func()) 
 	t.Cleanup(pool.Close)
 	r, err := jobs.NewRunner(pool, jobs.Config{
 		Workers: workers, HandlerTimeout: 2 * time.Second, SendTimeout: 2 * time.Second, Lease: 4 * time.Second,
-		RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, LockBusyDelay: 100 * time.Millisecond,
-		ReconcileInterval: 200 * time.Millisecond, StrandedAfter: time.Second, FetchPollInterval: 50 * time.Millisecond,
+		RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, DrainErrorDelay: 100 * time.Millisecond,
+		FetchPollInterval: 50 * time.Millisecond,
 		ReconcileWait: 300 * time.Millisecond, WhatsAppAPIURL: b.WhatsApp.URL(),
 	}, b.Tenants, b.Vault, b.Logger)
 	if err != nil {
@@ -227,10 +227,7 @@ func TestThrottledSlowsTheWholeNumber(t *testing.T) {
 func TestPairRateStormDoesNotSlowOthers(t *testing.T) {
 	t.Parallel()
 	const unit = 50 * time.Millisecond
-	// StrandedAfter is long: on a loaded machine a snoozing drain's job can
-	// stay "running" past the test default (1s) after its lock is gone, and
-	// the reconciler's replacement drain would retry before 4^X is up.
-	b := jobstest.Setup(t, jobstest.Options{Config: jobs.Config{PairRateUnit: unit, StrandedAfter: time.Minute}})
+	b := jobstest.Setup(t, jobstest.Options{Config: jobs.Config{PairRateUnit: unit}})
 	var log attemptLog
 	b.WhatsApp.SetResponder(func(req whatsapptest.Send, attempt int) whatsapptest.Response {
 		log.add(req.Text)

@@ -46,8 +46,7 @@ func setupRetention(t *testing.T) *retentionFixture {
 	ingest("halted", "halted-3")
 	// recent: done a day ago, inside the retention.
 	ingest("recent", "recent-1")
-	f.exec(`UPDATE ordo.conversations SET drain_job_id = NULL`)
-	f.exec(`DELETE FROM ordo.river_job`)
+	f.exec(`DELETE FROM ordo.ready`)
 	f.exec(`UPDATE ordo.messages SET created_at = now() - interval '41 days'`)
 	f.exec(`UPDATE ordo.messages SET created_at = now() - interval '2 days' WHERE message_id = 'recent-1'`)
 	f.exec(`UPDATE ordo.messages SET status = 'done', finished_at = created_at + interval '1 day'

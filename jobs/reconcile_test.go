@@ -10,22 +10,22 @@ import (
 	"github.com/ordo-dev/ordo/jobs/whatsapp/whatsapptest"
 )
 
-// The reconciler's two safety nets, each the only way the message gets out:
-// a conversation counting on a drain job that is gone (found every
-// ReconcileInterval), and an orphan — work but no drain at all, here a
-// message written by hand behind ingest's back while the workers run —
-// found by the table scan every OrphanInterval (and at start).
+// The reconciler's safety net, the only way the message gets out: a
+// conversation with work missing from the ready set — its row deleted by
+// hand, or a message written by hand behind ingest's back while the
+// workers run — is found by the table scan every OrphanInterval (and at
+// start).
 func TestReconcilerReschedulesStrandedAndOrphanedConversations(t *testing.T) {
 	t.Parallel()
 	for _, orphan := range []bool{false, true} {
-		name := "job_gone"
+		name := "row_gone"
 		if orphan {
 			name = "orphan"
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := jobstest.Setup(t, jobstest.Options{NoStart: true, Config: jobs.Config{
-				ReconcileInterval: 100 * time.Millisecond, OrphanInterval: 300 * time.Millisecond,
+				OrphanInterval: 300 * time.Millisecond,
 			}})
 			ctx := context.Background()
 			want := map[string][]string{"c1": {"one"}}
@@ -33,7 +33,7 @@ func TestReconcilerReschedulesStrandedAndOrphanedConversations(t *testing.T) {
 				b.Start()
 				b.Ingest("c1", "m1", "one")
 				b.WaitFor("m1 to be finished", 10*time.Second, func() bool {
-					return b.Count(`SELECT count(*) FROM ordo.conversations WHERE head_seq = 1 AND drain_job_id IS NULL`) == 1
+					return b.Count(`SELECT count(*) FROM ordo.conversations c WHERE head_seq = 1 AND NOT EXISTS (SELECT 1 FROM ordo.ready r WHERE r.conversation_pk = c.id)`) == 1
 				})
 				time.Sleep(500 * time.Millisecond) // past the orphan look at start
 				if _, err := b.Pool.Exec(ctx, `
@@ -45,7 +45,7 @@ SELECT tenant_id, id, 'm2', 2, 'outbound', $1 FROM c`, jobstest.Outbound("c1", "
 				want["c1"] = append(want["c1"], "two")
 			} else {
 				b.Ingest("c1", "m1", "one")
-				if _, err := b.Pool.Exec(ctx, `DELETE FROM ordo.river_job WHERE kind = 'ordo_drain'`); err != nil {
+				if _, err := b.Pool.Exec(ctx, `DELETE FROM ordo.ready`); err != nil {
 					t.Fatal(err)
 				}
 				b.Start()

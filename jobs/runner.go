@@ -2,6 +2,9 @@ package jobs
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -15,18 +18,49 @@ import (
 	"github.com/ordo-dev/ordo/tenants"
 )
 
-// Runner is a worker process's share of the work: a River client draining
-// conversations, and the reconciler.
+// Queue is the River queue of ordo's shared jobs. Drains do not use it:
+// each worker process runs its drains on River jobs of a queue of its own
+// (RunnerArgs).
+const Queue = "ordo"
+
+// RunnerArgs is a River job that drains conversations: it claims the next
+// conversation its process's scheduler points it to, drains it, and goes on
+// until RunnerLifetime or a stop. A worker process keeps Config.Workers of
+// them running on a queue of its own, so River runs every drain and a
+// conversation's wake-up costs no River job.
+type RunnerArgs struct{}
+
+// Kind is the River job kind of a runner.
+func (RunnerArgs) Kind() string { return "ordo_runner" }
+
+// RunnerLifetime bounds one runner job (its process starts another): far
+// below River's rescue of jobs that run too long (one hour), so River never
+// takes a live runner for a stuck one. A runner whose process died is
+// discarded by that rescue (one attempt) and replaced by no one: its
+// process's queue died with it.
+const RunnerLifetime = 10 * time.Minute
+
+// topUpInterval is how often a process checks that its runner jobs are all
+// there (a runner that ended asks for its successor at once).
+const topUpInterval = 5 * time.Second
+
+// Runner is a worker process's share of the work: River running this
+// process's drains, the scheduler choosing whose conversations they claim,
+// the reconciler and the pruner.
 type Runner struct {
 	cfg        Config
 	logger     *slog.Logger
+	pool       *pgxpool.Pool
 	client     *river.Client[pgx.Tx]
+	queue      string // this process's runner queue
 	drainer    *Drainer
+	sched      *scheduler
 	reconciler *reconciler
 	pruner     *Pruner
 	interval   time.Duration // the pruner's; negative: no pruner here
 	cancel     context.CancelFunc
 	done       chan struct{}
+	topUp      chan struct{}
 }
 
 // NewRunner builds a Runner; Start starts it.
@@ -39,22 +73,41 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		logger = slog.New(slog.DiscardHandler)
 	}
 	if need := int32(cfg.Workers + 5); pool.Config().MaxConns < need {
-		// Each running drain holds a connection (its lock); River needs a few.
+		// Each running drain holds a connection (its lock); River and the
+		// scheduler's listener need a few.
 		return nil, fmt.Errorf("jobs: the pool allows %d connections; %d workers need at least %d (set pool_max_conns)", pool.Config().MaxConns, cfg.Workers, need)
 	}
-	d := newDrainer(cfg, pool, ts, vault, logger)
+	var id [6]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, err
+	}
+	r := &Runner{
+		cfg:        cfg,
+		logger:     logger,
+		pool:       pool,
+		queue:      "ordo-run-" + hex.EncodeToString(id[:]),
+		drainer:    newDrainer(cfg, pool, ts, vault, logger),
+		sched:      newScheduler(pool, cfg.FetchPollInterval, cfg.RefreshMin, logger),
+		reconciler: &reconciler{pool: pool, interval: cfg.OrphanInterval, logger: logger},
+		pruner:     NewPruner(pool, cfg.PruneBatch, logger),
+		interval:   cfg.PruneInterval,
+		topUp:      make(chan struct{}, 1),
+	}
 	workers := river.NewWorkers()
-	if err := river.AddWorkerSafely(workers, &drainWorker{d: d}); err != nil {
+	if err := river.AddWorkerSafely(workers, &runnerWorker{r: r}); err != nil {
 		return nil, err
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Schema:            "ordo",
-		Queues:            map[string]river.QueueConfig{Queue: {MaxWorkers: cfg.Workers}},
+		Schema: "ordo",
+		Queues: map[string]river.QueueConfig{
+			r.queue: {MaxWorkers: cfg.Workers},
+			Queue:   {MaxWorkers: SharedWorkersDefault},
+		},
 		Workers:           workers,
-		FetchCooldown:     2 * time.Millisecond, // River's 100ms default would add up to 100ms per message
+		FetchCooldown:     2 * time.Millisecond,
 		FetchPollInterval: cfg.FetchPollInterval,
 		JobTimeout:        -1,
-		// Finished drain jobs go by River's own cleaner (config.go).
+		// Finished jobs go by River's own cleaner (config.go).
 		CompletedJobRetentionPeriod: CompletedJobRetention,
 		CancelledJobRetentionPeriod: CancelledJobRetention,
 		DiscardedJobRetentionPeriod: DiscardedJobRetention,
@@ -63,16 +116,13 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
 	}
-	return &Runner{
-		cfg:        cfg,
-		logger:     logger,
-		client:     client,
-		drainer:    d,
-		reconciler: &reconciler{pool: pool, interval: cfg.ReconcileInterval, after: cfg.StrandedAfter, orphans: cfg.OrphanInterval, logger: logger},
-		pruner:     NewPruner(pool, cfg.PruneBatch, logger),
-		interval:   cfg.PruneInterval,
-	}, nil
+	r.client = client
+	return r, nil
 }
+
+// SharedWorkersDefault is how many jobs of the shared queue (Queue) one
+// process runs at once.
+const SharedWorkersDefault = 10
 
 // Start starts draining. Cancelling ctx does not stop the runner (Stop
 // does): River cancels every running job's context when the context given
@@ -86,6 +136,8 @@ func (r *Runner) Start(ctx context.Context) error {
 	r.cancel = cancel
 	r.done = make(chan struct{})
 	var wg sync.WaitGroup
+	wg.Go(func() { r.sched.listen(rctx) })
+	wg.Go(func() { r.keepRunners(rctx) })
 	wg.Go(func() { r.reconciler.loop(rctx) })
 	if r.interval > 0 {
 		wg.Go(func() { r.pruner.loop(rctx, r.interval) })
@@ -97,6 +149,46 @@ func (r *Runner) Start(ctx context.Context) error {
 	return nil
 }
 
+// countRunners counts this process's runner jobs that are not finished.
+const countRunners = `SELECT count(*) FROM ordo.river_job WHERE queue = $1 AND finalized_at IS NULL`
+
+// keepRunners keeps Config.Workers runner jobs on this process's queue: at
+// the start, when one ends, and every topUpInterval.
+func (r *Runner) keepRunners(ctx context.Context) {
+	t := time.NewTicker(topUpInterval)
+	defer t.Stop()
+	for {
+		if err := r.addRunners(ctx); err != nil && ctx.Err() == nil {
+			r.logger.WarnContext(ctx, "start runner jobs", slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-r.topUp:
+		}
+	}
+}
+
+func (r *Runner) addRunners(ctx context.Context) error {
+	if r.drainer.stopping.Load() {
+		return nil
+	}
+	var n int
+	if err := r.pool.QueryRow(ctx, countRunners, r.queue).Scan(&n); err != nil {
+		return err
+	}
+	if n >= r.cfg.Workers {
+		return nil
+	}
+	params := make([]river.InsertManyParams, r.cfg.Workers-n)
+	for i := range params {
+		params[i] = river.InsertManyParams{Args: RunnerArgs{}, InsertOpts: &river.InsertOpts{Queue: r.queue, MaxAttempts: 1}}
+	}
+	_, err := r.client.InsertMany(ctx, params)
+	return err
+}
+
 // Stop stops gracefully, as a deploy's SIGTERM asks: no new drain starts;
 // running drains finish the step in flight, record it, yield their
 // conversation (another worker goes on from the checkpoint) and release its
@@ -106,6 +198,7 @@ func (r *Runner) Start(ctx context.Context) error {
 // drain).
 func (r *Runner) Stop(ctx context.Context) error {
 	r.drainer.stopping.Store(true)
+	r.sched.kick()
 	if r.cancel != nil {
 		r.cancel()
 		<-r.done
@@ -124,3 +217,130 @@ func (r *Runner) Stop(ctx context.Context) error {
 
 // hardStopTimeout bounds waiting for cancelled drains to return.
 const hardStopTimeout = 5 * time.Second
+
+// runnerWorker adapts a Runner's drain loop to River.
+type runnerWorker struct {
+	river.WorkerDefaults[RunnerArgs]
+	r *Runner
+}
+
+func (w *runnerWorker) Work(ctx context.Context, job *river.Job[RunnerArgs]) error {
+	defer func() {
+		select {
+		case w.r.topUp <- struct{}{}:
+		default:
+		}
+	}()
+	return w.r.runDrains(ctx, fmt.Sprintf("%s/%d", job.Queue, job.ID))
+}
+
+// Timeout: a runner bounds itself (RunnerLifetime).
+func (w *runnerWorker) Timeout(*river.Job[RunnerArgs]) time.Duration { return -1 }
+
+// runDrains is one runner: claim, drain, repeat, until RunnerLifetime or
+// a stop. It keeps its connection while it finds work (the claim and the
+// release of the previous drain's slot ride in one round trip) and hands it
+// back when it waits.
+func (r *Runner) runDrains(ctx context.Context, name string) error {
+	d := r.drainer
+	end := time.Now().Add(RunnerLifetime)
+	var (
+		conn *pgxpool.Conn
+		held *slotHold // the previous drain's slot, released by the next claim
+	)
+	drop := func(usable bool) {
+		if conn == nil {
+			return
+		}
+		if usable && held != nil {
+			_, err := conn.Exec(context.WithoutCancel(ctx), releaseSlot, held.slot, held.tenant)
+			usable = err == nil
+		}
+		held = nil
+		if usable {
+			conn.Release()
+		} else {
+			_ = conn.Hijack().Close(context.WithoutCancel(ctx))
+		}
+		conn = nil
+	}
+	defer func() { drop(true) }()
+	for !d.stopping.Load() && time.Now().Before(end) && ctx.Err() == nil {
+		t, ok, wake := r.sched.pick(ctx)
+		if !ok {
+			drop(true)
+			r.sched.wait(ctx, wake)
+			continue
+		}
+		if conn == nil {
+			c, err := r.pool.Acquire(ctx)
+			if err != nil {
+				r.logger.WarnContext(ctx, "runner: acquire a connection", slog.String("error", err.Error()))
+				r.sched.wait(ctx, nil)
+				continue
+			}
+			conn = c
+		}
+		var phone *string
+		if p, ok := d.creds.phone(t.tenant); ok {
+			phone = &p
+		}
+		s, st, found, err := claimAndOpen(ctx, conn, t, d.cfg.Lease.Milliseconds(), phone, held)
+		if err != nil {
+			// The batch failed: what it locked is unknown, so the
+			// connection (and every lock on it) goes.
+			held = nil
+			drop(false)
+			if ctx.Err() == nil {
+				r.logger.WarnContext(ctx, "claim a conversation", slog.Int64("tenant_id", t.tenant), slog.String("error", err.Error()))
+				r.sched.wait(ctx, nil)
+			}
+			continue
+		}
+		held = nil
+		if s == nil {
+			r.sched.missed(t.tenant)
+			continue
+		}
+		held = s.slot
+		usable := r.drainClaimed(ctx, s, st, found, name)
+		if !usable {
+			held = nil
+			drop(false)
+		}
+		if held != nil {
+			r.sched.kick() // a slot of a capped tenant is about to free up
+		}
+	}
+	return nil
+}
+
+const releaseSlot = `SELECT pg_advisory_unlock(-1 - $1::int, $2::int)`
+
+// drainClaimed drains what s claimed and ends the session; false when the
+// connection cannot be used again.
+func (r *Runner) drainClaimed(ctx context.Context, s *session, st convState, found bool, name string) bool {
+	d := r.drainer
+	if !found {
+		return s.close() // conversation deleted meanwhile
+	}
+	end, err := d.drain(ctx, s, st, name)
+	switch {
+	case err == nil && end.park:
+		if perr := s.park(ctx, end.wait); perr != nil && !errors.Is(perr, ErrFenced) {
+			d.logger.WarnContext(ctx, "park conversation", slog.Int64("conversation", s.conv), slog.String("error", perr.Error()))
+		}
+	case err != nil && !s.broken:
+		// An infrastructure error on a connection that still works: try
+		// again after a pause rather than after the lease.
+		if perr := s.park(ctx, d.cfg.DrainErrorDelay); perr != nil && !errors.Is(perr, ErrFenced) {
+			d.logger.WarnContext(ctx, "park conversation", slog.Int64("conversation", s.conv), slog.String("error", perr.Error()))
+		}
+		fallthrough
+	case err != nil:
+		if ctx.Err() == nil {
+			d.logger.WarnContext(ctx, "drain failed", slog.Int64("conversation", s.conv), slog.String("error", err.Error()))
+		}
+	}
+	return s.close()
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,6 +44,8 @@ type session struct {
 	broken bool
 	// unlocked: the drain's last write released the lock with its commit.
 	unlocked bool
+	// slot is the tenant's concurrency slot this drain holds (nil: none).
+	slot *slotHold
 	// lease is the connection's idle_session_timeout; heard is when the
 	// drain last sent a statement on the connection. Postgres restarts the
 	// idle timer when that statement ends, later than heard, so heard+lease
@@ -93,38 +94,56 @@ func (s *session) callContext(ctx context.Context, timeout time.Duration) (conte
 
 const unlockQuery = `SELECT pg_advisory_unlock($1::int, ($2 % 2147483647)::int), set_config('idle_session_timeout', '0', false)`
 
-// openQuery takes conv's advisory lock and, when it got it, takes the
-// conversation over (bumps the fence under FOR UPDATE) and reads the tenant
-// and the stamp of its WhatsApp credential; firstQuery follows it in the same
-// round trip: one where there were six (lock, takeover, tenant, credential,
-// first message, its start). The new fence is left in the transaction-local
-// setting ordo.fence for firstQuery, and only when the lock was taken.
+// claimQuery claims the due conversation of a tenant that has waited longest
+// (ordo.claim_conversation: the conversation's lock, and a concurrency slot
+// when the tenant has a cap), releasing the slot of the runner's previous
+// drain first; openQuery and firstQuery follow in the same round trip and
+// transaction. The claimed conversation reaches them through the
+// transaction-local setting ordo.claimed.
+const claimQuery = `SELECT conv, slot FROM ordo.claim_conversation($1, $2, $3, $4, $5, $6)`
+
+// openQuery takes the claimed conversation over — bumps the fence under FOR
+// UPDATE, marks its ready row running and due again after the lease (a drain
+// that dies is claimed again then) — and reads the tenant and the stamp of
+// its WhatsApp credential; firstQuery follows in the same round trip: one
+// where there were seven (claim, lock, takeover, tenant, credential, first
+// message, its start). The new fence is left in the transaction-local
+// setting ordo.fence for firstQuery. Row locks in the order of
+// sql/LOCKING.md: conversation, then ready row.
 const openQuery = `
-WITH lk AS MATERIALIZED (
-    SELECT pg_try_advisory_lock($1::int, ($2 % 2147483647)::int) AS ok, set_config('idle_session_timeout', $3, false) AS lease),
-l AS (SELECT c.id FROM ordo.conversations c, lk WHERE lk.ok AND c.id = $2 FOR UPDATE OF c),
+WITH cv AS MATERIALIZED (SELECT nullif(current_setting('ordo.claimed', true), '')::bigint AS id),
+l AS (SELECT c.id FROM ordo.conversations c, cv WHERE c.id = cv.id FOR UPDATE OF c),
 u AS (
     UPDATE ordo.conversations c SET fence = c.fence + 1 FROM l WHERE c.id = l.id
-    RETURNING c.fence, c.head_seq, c.last_seq, c.halted_at IS NOT NULL AS halted, c.tenant_id, c.conversation_id, c.drain_job_id)
-SELECT lk.ok, u.fence, u.head_seq, u.last_seq, u.halted, u.tenant_id, u.conversation_id, u.drain_job_id,
+    RETURNING c.id, c.fence, c.head_seq, c.last_seq, c.halted_at IS NOT NULL AS halted, c.tenant_id, c.conversation_id),
+rd AS (
+    UPDATE ordo.ready r SET due_at = now() + make_interval(secs => $1::float8 / 1000), running = true, woken = false
+    FROM u WHERE r.conversation_pk = u.id)
+SELECT u.fence, u.head_seq, u.last_seq, u.halted, u.tenant_id, u.conversation_id,
        t.slug, t.name, COALESCE(t.handler_url, ''), t.on_dead_letter, t.ambiguous, t.max_attempts,
        t.send_rate, t.pair_gap_ms, t.sending_paused_at, COALESCE(t.sending_paused_reason, ''), t.created_at,
        t.handler_mode, t.handler_timeout_ms, t.reply_deadline_ms, COALESCE(t.events_url, ''), t.weight, t.max_concurrency,
        cr.updated_at,
        CASE WHEN u.fence IS NOT NULL THEN set_config('ordo.fence', u.fence::text, true) END
-FROM lk LEFT JOIN u ON true
+FROM (SELECT 1) one LEFT JOIN u ON true
 LEFT JOIN ordo.tenants t ON t.id = u.tenant_id
 LEFT JOIN ordo.credentials cr ON cr.tenant_id = u.tenant_id AND cr.name = 'whatsapp'`
 
-// openSession takes conv's advisory lock on a dedicated connection and takes
-// the conversation over. found is false when the conversation is gone.
-func openSession(ctx context.Context, pool *pgxpool.Pool, conv int64, lease int64, phone *string) (s *session, st convState, found bool, err error) {
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return nil, st, false, fmt.Errorf("acquire connection: %w", err)
-	}
+// slotHold is a tenant concurrency slot a runner holds (ordo.claim_conversation).
+type slotHold struct {
+	tenant int64
+	slot   int
+}
+
+// claimAndOpen claims tenant t's next due conversation on conn and takes it
+// over, in one round trip; release (may be nil) is the slot of the runner's
+// previous drain, given back first. It returns a nil session when there was
+// nothing to claim. A session whose conversation is gone (deleted with its
+// tenant, or purged) comes back with found false: close it.
+func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t turn, lease int64, phone *string, release *slotHold) (s *session, st convState, found bool, err error) {
 	var (
-		locked  bool
+		conv    *int64
+		slot    *int
 		fence   *int64
 		head    *int64
 		last    *int64
@@ -149,16 +168,29 @@ func openSession(ctx context.Context, pool *pgxpool.Pool, conv int64, lease int6
 		weight  *int
 		maxConc *int
 	)
+	var relTenant *int64
+	var relSlot *int
+	if release != nil {
+		relTenant, relSlot = &release.tenant, &release.slot
+	}
 	b := &pgx.Batch{}
-	b.Queue(openQuery, lockNamespace, conv, strconv.FormatInt(lease, 10)).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&locked, &fence, &head, &last, &halted, &tenant, &convID, &st.drainJobID,
+	b.Queue(claimQuery, lockNamespace, t.tenant, t.cap, lease, relTenant, relSlot).Query(func(rows pgx.Rows) error {
+		defer rows.Close()
+		for rows.Next() {
+			if err := rows.Scan(&conv, &slot); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	})
+	b.Queue(openQuery, lease).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&fence, &head, &last, &halted, &tenant, &convID,
 			&slug, &name, &handler, &onDead, &ambig, &maxAtt, &rate, &gap, &paused, &reason, &created,
 			&mode, &hto, &rdl, &events, &weight, &maxConc, &st.credentialAt, nil)
 	})
 	// The first message is read — and its first step started, when it can —
-	// in the same round trip and transaction; it means something only when
-	// the lock was taken (and nothing starts otherwise).
-	b.Queue(firstQuery, conv, phone).Query(func(rows pgx.Rows) error {
+	// in the same round trip and transaction.
+	b.Queue(firstQuery, phone).Query(func(rows pgx.Rows) error {
 		st.next, st.nextSteps, st.nextErr = scanNext(rows)
 		if errors.Is(st.nextErr, pgx.ErrNoRows) {
 			return nil
@@ -166,20 +198,18 @@ func openSession(ctx context.Context, pool *pgxpool.Pool, conv int64, lease int6
 		return st.nextErr
 	})
 	heard := time.Now()
-	err = conn.SendBatch(ctx, b).Close()
-	if err != nil {
-		c := conn.Hijack() // the lock's state is unknown: drop the session with it
-		_ = c.Close(context.WithoutCancel(ctx))
-		return nil, st, false, fmt.Errorf("open conversation: %w", err)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, st, false, fmt.Errorf("claim conversation: %w", err)
 	}
-	if !locked {
-		_, _ = conn.Exec(ctx, "SELECT set_config('idle_session_timeout', '0', false)")
-		conn.Release()
-		return nil, st, false, errLockBusy
+	if conv == nil {
+		return nil, st, false, nil
 	}
-	s = &session{conn: conn, conv: conv, lease: time.Duration(lease) * time.Millisecond, heard: heard}
+	s = &session{conn: conn, conv: *conv, lease: time.Duration(lease) * time.Millisecond, heard: heard}
+	if slot != nil {
+		s.slot = &slotHold{tenant: t.tenant, slot: *slot}
+	}
 	if fence == nil {
-		return s, st, false, nil // conversation deleted with its tenant
+		return s, st, false, nil // conversation deleted meanwhile
 	}
 	s.fence = *fence
 	st.fence, st.headSeq, st.lastSeq, st.halted, st.tenantID, st.conversationID = *fence, *head, *last, *halted, *tenant, *convID
@@ -191,26 +221,38 @@ func openSession(ctx context.Context, pool *pgxpool.Pool, conv int64, lease int6
 	return s, st, true, nil
 }
 
-// close releases the lock, or drops the connection (and with it the lock)
-// when it cannot be trusted.
-func (s *session) close() {
+// close releases the conversation's lock unless the drain's last write did,
+// and says whether the connection can be used again; a connection in an
+// unknown state must be dropped (and with it every lock it held).
+func (s *session) close() (usable bool) {
+	if s.broken {
+		return false
+	}
+	if s.unlocked {
+		return true
+	}
 	ctx := context.WithoutCancel(context.Background())
-	if s.unlocked && !s.broken {
-		s.conn.Release()
-		return
+	var (
+		ok     bool
+		ignore string
+	)
+	// ok false: the lock was not held (a fenced drain whose session Postgres
+	// ended, so this is a new connection, or a purged conversation).
+	return s.conn.QueryRow(ctx, unlockQuery, lockNamespace, s.conv).Scan(&ok, &ignore) == nil
+}
+
+const parkQuery = `SELECT ordo.park_conversation($1, $2, $3, make_interval(secs => $4::float8 / 1000))`
+
+// park ends the run without catching the conversation up: it is due again
+// after delay (or at once, if woken meanwhile), and its lock is released
+// with the same call.
+func (s *session) park(ctx context.Context, delay time.Duration) error {
+	var ok bool
+	if err := s.queryRow(ctx, parkQuery, []any{s.conv, s.fence, lockNamespace, delay.Milliseconds()}, &ok); err != nil {
+		return fmt.Errorf("park conversation: %w", err)
 	}
-	if !s.broken {
-		var (
-			ok     bool
-			ignore string
-		)
-		if err := s.conn.QueryRow(ctx, unlockQuery, lockNamespace, s.conv).Scan(&ok, &ignore); err == nil && ok {
-			s.conn.Release()
-			return
-		}
-	}
-	c := s.conn.Hijack()
-	_ = c.Close(ctx)
+	s.unlocked = true
+	return nil
 }
 
 // convState is the conversation as a drain sees it on takeover.
@@ -221,7 +263,6 @@ type convState struct {
 	halted         bool
 	tenantID       int64
 	conversationID string
-	drainJobID     *int64
 	tenant         tenants.Tenant
 	credentialAt   *time.Time // the WhatsApp credential's updated_at; nil: none
 	// The message after the head, read with the takeover (nextErr
@@ -278,23 +319,30 @@ func (s *session) fail(err error) error {
 	return err
 }
 
-// finishQuery ends a drain when the conversation has nothing left: it takes
-// the row lock ingest takes, so a message committed meanwhile makes it match
-// nothing and the drain goes on.
+// finishQuery ends a drain when the conversation has nothing left: under
+// the row lock ingest takes, the conversation leaves the ready set (a message
+// committed meanwhile makes it match nothing, and the drain goes on) and the
+// drain's lock is released; the next drain's takeover waits for this row
+// lock, so it sees every write of this one.
 const finishQuery = `
-UPDATE ordo.conversations SET drain_job_id = NULL
-WHERE id = $1 AND fence = $2 AND head_seq = last_seq
-RETURNING true`
+WITH c AS (
+    SELECT id FROM ordo.conversations WHERE id = $1 AND fence = $2 AND head_seq = last_seq FOR NO KEY UPDATE),
+d AS (DELETE FROM ordo.ready r USING c WHERE r.conversation_pk = c.id)
+SELECT pg_advisory_unlock($3::int, (c.id % 2147483647)::int), set_config('idle_session_timeout', '0', false) FROM c`
 
 const positionQuery = `SELECT fence, last_seq FROM ordo.conversations WHERE id = $1`
 
-// finish clears the conversation's drain if it is caught up; false means a
+// finish ends the drain if the conversation is caught up; false means a
 // message arrived and the drain must go on.
 func (s *session) finish(ctx context.Context) (bool, error) {
-	var done bool
+	var (
+		unlocked bool
+		ignore   string
+	)
 	s.touch()
-	err := s.conn.QueryRow(ctx, finishQuery, s.conv, s.fence).Scan(&done)
+	err := s.conn.QueryRow(ctx, finishQuery, s.conv, s.fence, lockNamespace).Scan(&unlocked, &ignore)
 	if err == nil {
+		s.unlocked = unlocked
 		return true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {

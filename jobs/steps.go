@@ -480,7 +480,11 @@ const insertDeadLetter = `
 INSERT INTO ordo.dead_letters (tenant_id, message_pk, step_id, reason, errors)
 SELECT $1, $2, s.id, $4, s.errors FROM ordo.steps s WHERE s.id = $3`
 
-const haltConversation = `UPDATE ordo.conversations SET halted_at = now(), drain_job_id = NULL WHERE id = $1`
+// haltConversation halts the conversation and takes it out of the ready set
+// (the conversation row first: sql/LOCKING.md).
+const haltConversation = `
+WITH h AS (UPDATE ordo.conversations SET halted_at = now() WHERE id = $1 RETURNING id)
+DELETE FROM ordo.ready r USING h WHERE r.conversation_pk = h.id`
 
 // failed records a failed attempt and does what its action says: retry
 // later while the head stays (slowing the number, or spacing pair-rate

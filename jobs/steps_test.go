@@ -232,7 +232,7 @@ func TestEnqueueInCallerTransaction(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := b.Count(`SELECT count(*) FROM ordo.messages`) + b.Count(`SELECT count(*) FROM ordo.conversations`) + b.Count(`SELECT count(*) FROM ordo.river_job`); n != 0 {
+	if n := b.Count(`SELECT count(*) FROM ordo.messages`) + b.Count(`SELECT count(*) FROM ordo.conversations`) + b.Count(`SELECT count(*) FROM ordo.ready`); n != 0 {
 		t.Fatalf("rollback left %d rows behind", n)
 	}
 	tx, _ = b.Pool.Begin(ctx)

@@ -71,6 +71,18 @@ SELECT 'main', v FROM generate_series(1, $1::int) v ON CONFLICT DO NOTHING`, old
 		if _, err := tx.Exec(ctx, `INSERT INTO public.`+MigrationsTable+` (version, dirty) VALUES ($1, false)`, baselineVersion); err != nil {
 			return fmt.Errorf("record the baseline: %w", err)
 		}
+		// Its functions were made by its migrations, not from files: list
+		// them as applied with no checksum, so that sql.Up replaces those
+		// that have a file and drops those that no longer have one.
+		if _, err := tx.Exec(ctx, createChecksumsTable); err != nil {
+			return fmt.Errorf("create %s: %w", FunctionChecksumsTable, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+FunctionChecksumsTable+` (name, sha256)
+SELECT DISTINCT p.proname, '' FROM pg_proc p
+WHERE p.pronamespace = '`+Schema+`'::regnamespace AND p.proname NOT LIKE 'river\_%'
+ON CONFLICT (name) DO NOTHING`); err != nil {
+			return fmt.Errorf("record the old layout's functions: %w", err)
+		}
 		if _, err := tx.Exec(ctx, `DROP TABLE public.`+oldLayoutTable); err != nil {
 			return fmt.Errorf("drop the old migrations table: %w", err)
 		}

@@ -114,13 +114,13 @@ func TestUpgradeFromOldLayout(t *testing.T) {
 		seq                          int64
 	)
 	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM ordo.tenants), (SELECT send_rate FROM ordo.tenants),
-		(SELECT count(*) FROM ordo.river_job j JOIN ordo.conversations c ON c.drain_job_id = j.id WHERE j.kind = 'ordo_drain'),
+		(SELECT count(*) FROM ordo.ready),
 		(SELECT count(*) FROM ordo.steps WHERE message_pk = $1), (SELECT seq FROM ordo.messages WHERE id = $1)`, msgID).
 		Scan(&tenants, &rate, &drains, &steps, &seq); err != nil {
 		t.Fatal(err)
 	}
 	if tenants != 1 || rate != 10 || drains != 1 || steps != 1 || seq != 1 {
-		t.Errorf("after the upgrade: tenants %d, send_rate %d, drain jobs %d, steps %d, seq %d; want 1, 10, 1, 1, 1",
+		t.Errorf("after the upgrade: tenants %d, send_rate %d, ready conversations %d, steps %d, seq %d; want 1, 10, 1, 1, 1",
 			tenants, rate, drains, steps, seq)
 	}
 	// The new functions work on the old data.

@@ -54,7 +54,7 @@ func (e *inproc) do(method, target, remote string, header http.Header, body io.R
 func stored(t *testing.T, b *jobstest.Bundle) string {
 	t.Helper()
 	var parts []string
-	for _, table := range []string{"ordo.messages", "ordo.conversations", "ordo.steps", "ordo.river_job", "ordo.dead_letters", "ordo.sandbox_sends"} {
+	for _, table := range []string{"ordo.messages", "ordo.conversations", "ordo.steps", "ordo.ready", "ordo.dead_letters", "ordo.sandbox_sends"} {
 		parts = append(parts, fmt.Sprintf("%s=%d", table, b.Count(`SELECT count(*) FROM `+table)))
 	}
 	var statuses int

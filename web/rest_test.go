@@ -549,7 +549,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 			t.Errorf("%s: message %s does not mention %q", c.name, a.body, c.mentions)
 		}
 	}
-	for _, table := range []string{"ordo.messages", "ordo.conversations", "ordo.steps", "ordo.river_job"} {
+	for _, table := range []string{"ordo.messages", "ordo.conversations", "ordo.steps", "ordo.ready"} {
 		if n := e.Count(`SELECT count(*) FROM ` + table); n != 0 {
 			t.Errorf("bad input stored %d rows in %s", n, table)
 		}

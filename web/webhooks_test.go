@@ -511,8 +511,8 @@ func TestWhatsAppSameWebhookFiveTimesConcurrently(t *testing.T) {
 	if n := e.Count(`SELECT count(*) FROM ordo.conversations c WHERE c.last_seq <> (SELECT count(*) FROM ordo.messages m WHERE m.conversation_pk = c.id)`); n != 0 {
 		t.Fatalf("%d conversations have gaps in their seqs", n)
 	}
-	if n := e.Count(`SELECT count(*) FROM ordo.river_job`); n != 3 {
-		t.Fatalf("%d drain jobs for 3 conversations", n)
+	if n := e.Count(`SELECT count(*) FROM ordo.ready`); n != 3 {
+		t.Fatalf("%d ready conversations for 3 conversations", n)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/ordo-dev/ordo/cmd/internal/cli"
 	"github.com/ordo-dev/ordo/cmd/internal/server"
@@ -19,8 +20,7 @@ func runServe(ctx context.Context, env *cli.Env, args []string) error {
 	// Zero keeps jobs.Config's default; the chaos run shortens them so that
 	// stalls and crashes are detected within seconds.
 	var jc jobs.Config
-	fs.DurationVar(&jc.Lease, "lease", 0, "how long a stalled drain keeps its conversation (default 30s)")
-	fs.DurationVar(&jc.StrandedAfter, "stranded-after", 0, "when a running drain without its lock is presumed dead (default 10s)")
+	fs.DurationVar(&jc.Lease, "lease", 0, fmt.Sprintf("how long a stalled or dead drain keeps its conversation (default %s)", jobs.LeaseDefault))
 	fs.DurationVar(&jc.SendTimeout, "send-timeout", 0, "bound on one WhatsApp send (default 10s)")
 	fs.DurationVar(&jc.HandlerTimeout, "handler-timeout", 0, "bound on one handler call (default 10s)")
 	fs.DurationVar(&jc.ReconcileWait, "reconcile-wait", 0, "how long an ambiguous send waits for a status webhook before a resend (default 30s)")

@@ -1,14 +1,15 @@
 -- ordo.enqueue_message is the one ingest path (REST, webhooks and other
 -- applications' SQL all call it). In the caller's transaction it dedupes on
 -- (tenant, message_id), takes the conversation's next seq and makes sure the
--- conversation has a drain job; a repeat returns the original with
+-- conversation is in the ready set (its drain will come); a repeat returns the original with
 -- duplicate = true. It raises SQLSTATE 22023 with "field: problem" on bad
 -- input and P0002 for an unknown tenant.
 --
--- The upsert that takes the seq also claims the drain: the job's id is drawn
--- from River's sequence beforehand and used only when the conversation has
--- no drain and is not halted, so a message that needs a new drain writes its
--- conversation row once. After taking the row lock it looks for the message
+-- A conversation that is not halted and has no row in the ready set gets one
+-- (due now) after the message, under the conversation row's lock, so the
+-- drain that catches the conversation up (which deletes the row under the
+-- same lock) either sees this message or leaves the row to this call
+-- (ordo.ready, migrations/000005_ready.up.sql). After taking the row lock it looks for the message
 -- again before inserting it: a copy that committed while this call waited is
 -- answered as a duplicate without touching the unique index (see the
 -- comment in the body; regression test sql/enqueue_race_test.go).
@@ -25,8 +26,7 @@ DECLARE
     v_conv    bigint;
     v_seq     bigint;
     v_id      bigint;
-    v_drain   bigint;
-    v_job     bigint;
+    v_halted  boolean;
     v_dup_id  bigint;
     v_dup_seq bigint;
     v_dir     text := coalesce(enqueue_message.direction, 'outbound');
@@ -60,18 +60,14 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Take the next seq and, when the conversation has no drain and is not
-    -- halted, claim one (v_job) in the same write. The row lock this takes is
-    -- held to commit, so seqs are handed out in commit order and the drain's
-    -- end check sees every message. A sequence value is cheap (no WAL per
-    -- call); an unused one is a harmless gap in River's job ids.
-    v_job := nextval('ordo.river_job_id_seq');
-    INSERT INTO ordo.conversations AS c (tenant_id, conversation_id, last_seq, drain_job_id)
-    VALUES (v_tenant, enqueue_message.conversation_id, 1, v_job)
+    -- Take the next seq. The row lock this takes is held to commit, so seqs
+    -- are handed out in commit order and the drain's end check sees every
+    -- message.
+    INSERT INTO ordo.conversations AS c (tenant_id, conversation_id, last_seq)
+    VALUES (v_tenant, enqueue_message.conversation_id, 1)
     ON CONFLICT ON CONSTRAINT conversations_tenant_id_conversation_id_key DO UPDATE SET
-        last_seq     = c.last_seq + 1,
-        drain_job_id = CASE WHEN c.drain_job_id IS NULL AND c.halted_at IS NULL THEN v_job ELSE c.drain_job_id END
-    RETURNING c.id, c.last_seq, c.drain_job_id INTO v_conv, v_seq, v_drain;
+        last_seq = c.last_seq + 1
+    RETURNING c.id, c.last_seq, c.halted_at IS NOT NULL INTO v_conv, v_seq, v_halted;
 
     -- A copy that committed while this call waited for the conversation's
     -- row lock is visible now (each statement sees what committed before it
@@ -84,8 +80,7 @@ BEGIN
     SELECT m.id, m.seq INTO v_dup_id, v_dup_seq
     FROM ordo.messages m WHERE m.tenant_id = v_tenant AND m.message_id = enqueue_message.message_id;
     IF FOUND THEN
-        UPDATE ordo.conversations c SET last_seq = c.last_seq - 1, drain_job_id = NULLIF(c.drain_job_id, v_job)
-        WHERE c.id = v_conv;
+        UPDATE ordo.conversations c SET last_seq = c.last_seq - 1 WHERE c.id = v_conv;
         RETURN QUERY SELECT v_dup_id, v_dup_seq, true;
         RETURN;
     END IF;
@@ -97,19 +92,18 @@ BEGIN
 
     IF v_id IS NULL THEN
         -- A concurrent copy (in another conversation, or committed after
-        -- the look above) committed first. Give the seq (and the drain, if
-        -- this call claimed it) back: this transaction still holds the row
-        -- lock, so nobody took a later one. Answer with the original.
-        UPDATE ordo.conversations c SET last_seq = c.last_seq - 1, drain_job_id = NULLIF(c.drain_job_id, v_job)
-        WHERE c.id = v_conv;
+        -- the look above) committed first. Give the seq back: this
+        -- transaction still holds the row lock, so nobody took a later one.
+        -- Answer with the original.
+        UPDATE ordo.conversations c SET last_seq = c.last_seq - 1 WHERE c.id = v_conv;
         SELECT m.id, m.seq INTO v_id, v_seq
         FROM ordo.messages m WHERE m.tenant_id = v_tenant AND m.message_id = enqueue_message.message_id;
         RETURN QUERY SELECT v_id, v_seq, true;
         RETURN;
     END IF;
 
-    IF v_drain = v_job THEN
-        PERFORM ordo.insert_drain_job(v_conv, v_job);
+    IF NOT v_halted THEN
+        PERFORM ordo.make_ready(v_conv, v_tenant);
     END IF;
 
     RETURN QUERY SELECT v_id, v_seq, false;

@@ -2,9 +2,10 @@
 -- message id, for a send) and inserts a handler's replies (p_replies, a JSON
 -- array) as the message's next steps. With p_last, p_step was the message's
 -- last step: the message is done and the head moves to p_seq; when that
--- caught the conversation up (finished), the drain ends — under the row lock
--- ingest takes, so a message accepted meanwhile either committed first (the
--- drain goes on) or finds no drain and schedules one — and the lock p_lock
+-- caught the conversation up (finished), the drain ends and the conversation
+-- leaves the ready set — under the row lock ingest takes, so a message
+-- accepted meanwhile either committed first (the drain goes on) or finds no
+-- row and adds one — and the lock p_lock
 -- (the advisory lock's first key) is released with this transaction
 -- (unlocked). p_pair_gap, when set, starts the user's pair gap now.
 CREATE OR REPLACE FUNCTION ordo.finish_step(
@@ -20,7 +21,6 @@ BEGIN
     IF p_last THEN
         UPDATE ordo.conversations c SET
             head_seq      = p_seq,
-            drain_job_id  = CASE WHEN c.last_seq = p_seq THEN NULL ELSE c.drain_job_id END,
             pair_ready_at = CASE WHEN p_pair_gap IS NULL THEN c.pair_ready_at ELSE clock_timestamp() + p_pair_gap END
         WHERE c.id = p_conv AND c.fence = p_fence
         RETURNING c.last_seq = p_seq INTO finished;
@@ -54,6 +54,9 @@ BEGIN
             SELECT 1 FROM ordo.steps s WHERE s.message_pk = p_message AND s.status = 'failed') THEN 'dead' ELSE 'done' END
         WHERE m.id = p_message;
         IF finished THEN
+            -- Out of the ready set, under the conversation row's lock that
+            -- ingest takes before it adds the row again.
+            DELETE FROM ordo.ready r WHERE r.conversation_pk = p_conv;
             -- A session lock is not transactional, but the next drain's
             -- takeover waits for this transaction's row lock, so it still
             -- sees every write of this one.

@@ -4,16 +4,16 @@
 --
 -- A drain that finds its tenant paused marks its conversation paused_wait
 -- (ordo.reserve_send, or the drain itself) in a transaction that holds the
--- conversation row, then snoozes. So that no mark is missed, resume first
--- locks every conversation of the tenant that has a drain: a drain that
+-- conversation row, then waits. So that no mark is missed, resume first
+-- locks every conversation of the tenant in the ready set: a drain that
 -- starts a step after that waits for this transaction and then reads the
--- tenant as resumed; a mark committed before it is seen here. A marked
--- conversation's drain is then made due now when it is snoozed, or — still
--- running, its snooze not recorded yet — replaced by a new job, which takes
--- the conversation once the old one lets go.
+-- tenant as resumed; a mark committed before it is seen here. Each marked
+-- conversation is then woken (ordo.wake_conversation): due now when it
+-- waits, or — its drain still running, its wait not recorded yet — marked
+-- so that the wait ends at once.
 --
--- Locks: the tenant, then its conversations (in ingest's order), then their jobs
--- (sql/LOCKING.md). False when the tenant's sending was not paused.
+-- Locks: the tenant, then its conversations (in ingest's order), then their
+-- ready rows (sql/LOCKING.md). False when the tenant's sending was not paused.
 CREATE OR REPLACE FUNCTION ordo.resume_sending(p_tenant bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -24,22 +24,16 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM 1 FROM ordo.conversations c
-    WHERE c.tenant_id = p_tenant AND c.drain_job_id IS NOT NULL
-    ORDER BY c.conversation_id COLLATE "C" FOR NO KEY UPDATE;
+    PERFORM 1 FROM ordo.ready r JOIN ordo.conversations c ON c.id = r.conversation_pk
+    WHERE r.tenant_id = p_tenant
+    ORDER BY c.conversation_id COLLATE "C" FOR NO KEY UPDATE OF c;
     FOR v_c IN
         UPDATE ordo.conversations c SET paused_wait = false
         WHERE c.tenant_id = p_tenant AND c.paused_wait
-        RETURNING c.id, c.drain_job_id
+        RETURNING c.id
     LOOP
-        UPDATE ordo.river_job j SET state = 'available', scheduled_at = now()
-        WHERE j.id = v_c.drain_job_id AND j.state IN ('scheduled', 'available') AND j.scheduled_at > now();
-        IF NOT FOUND THEN
-            PERFORM ordo.ensure_drain(v_c.id, v_c.drain_job_id)
-            FROM ordo.river_job j WHERE j.id = v_c.drain_job_id AND j.state = 'running';
-        END IF;
+        PERFORM ordo.wake_conversation(v_c.id);
     END LOOP;
-    PERFORM pg_notify('ordo.river_insert', '{"queue": "ordo"}');
     RETURN true;
 END;
 $$;

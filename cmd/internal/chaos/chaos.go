@@ -100,10 +100,10 @@ type Config struct {
 	// (stresser_sql.go).
 	// Default 0 (none).
 	SQLBatch int
-	// Lease, StrandedAfter and SendTimeout are handed to the workers (see
-	// jobs.Config). Defaults 4s, 4s, 1.5s: a stalled or killed worker's
-	// conversations move on within seconds.
-	Lease, StrandedAfter, SendTimeout time.Duration
+	// Lease and SendTimeout are handed to the workers (see jobs.Config).
+	// Defaults 4s, 1.5s: a stalled or killed worker's conversations move on
+	// within seconds.
+	Lease, SendTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -140,7 +140,6 @@ func (c Config) withDefaults() Config {
 	setInt(&c.PGRestarts, max(1, int(c.Duration/(90*time.Second))))
 	setInt(&c.Stalls, max(1, int(c.Duration/(90*time.Second))))
 	setDur(&c.Lease, 4*time.Second)
-	setDur(&c.StrandedAfter, 4*time.Second)
 	setDur(&c.SendTimeout, 1500*time.Millisecond)
 	return c
 }
@@ -171,16 +170,12 @@ func (c Config) validate() error {
 	return nil
 }
 
-// stallFor is how long a worker stays SIGSTOPped: past its lease (Postgres
-// ends its sessions, releasing its conversations), past StrandedAfter and
-// two reconcile rounds (another worker takes them over), and a little more.
+// stallFor is how long a worker stays SIGSTOPped: past its lease twice
+// (Postgres ends its sessions, releasing its conversations, and their ready
+// rows are due again: another worker takes them over), and a little more.
 func (c Config) stallFor() time.Duration {
-	return c.Lease + c.StrandedAfter + 2*chaosReconcileInterval + 2*time.Second
+	return 2*c.Lease + 4*time.Second
 }
-
-// chaosReconcileInterval is jobs.Config's default ReconcileInterval, which
-// the workers keep.
-const chaosReconcileInterval = 2 * time.Second
 
 // run is the state of one run, shared by its parts.
 type run struct {
@@ -315,7 +310,6 @@ func (r *run) setUp(ctx context.Context, dir string) error {
 		r.workers = append(r.workers, r.newProc(dir, "worker-"+strconv.Itoa(i+1), "serve", "--role", "worker",
 			"--workers", "16",
 			"--lease", cfg.Lease.String(),
-			"--stranded-after", cfg.StrandedAfter.String(),
 			"--send-timeout", cfg.SendTimeout.String(),
 			"--handler-timeout", cfg.SendTimeout.String(),
 			"--reconcile-wait", "2s",

@@ -1,0 +1,233 @@
+package jobs
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The scheduler decides which tenant a worker process's next free runner
+// claims from, so that one tenant's backlog never delays another's runnable
+// conversations by more than about one turn (contract point 8):
+//
+//   - ordo.ready holds every conversation that expects a drain, with the
+//     time it is due (now, the end of a wait, or the lease of the drain that
+//     holds it). A waiting conversation is a row with a future due time: it
+//     holds no worker, no connection, and is never claimed before its time.
+//   - A round visits each tenant that has a due conversation, in tenant id
+//     order, giving it weight claims (weighted round robin). Within a
+//     tenant, ordo.claim_conversation takes the conversation due longest.
+//     A tenant with nothing claimable (all taken, or at max_concurrency)
+//     drops out of the round. A tenant that becomes runnable joins at the
+//     next round, which starts at the latest after every other tenant had
+//     its turn.
+//   - The list of tenants with due work is one walk over ready_tenant_due_idx
+//     (one index probe per tenant that has a conversation in the ready set;
+//     idle tenants and conversations cost nothing), run once per round and
+//     at most every RefreshMin.
+//   - Each process keeps its own round; they share nothing but Postgres, so
+//     N processes are N fair schedulers and no leader is needed. A
+//     tenant's max_concurrency holds across processes because it is a set
+//     of advisory locks, released by Postgres with a dead worker's session.
+//   - Runners with nothing to claim wait for a notification (ordo_ready: a
+//     conversation became due), the earliest known due time, or
+//     Config.FetchPollInterval, whichever comes first.
+
+// activeTenantsQuery lists each tenant with a conversation in the ready set
+// and its earliest due time: a loose index scan of ready_tenant_due_idx, one
+// probe per such tenant, whatever the number of conversations.
+const activeTenantsQuery = `
+WITH RECURSIVE t AS (
+    (SELECT r.tenant_id, r.due_at FROM ordo.ready r ORDER BY r.tenant_id, r.due_at LIMIT 1)
+    UNION ALL
+    SELECT n.tenant_id, n.due_at FROM t, LATERAL (
+        SELECT r.tenant_id, r.due_at FROM ordo.ready r WHERE r.tenant_id > t.tenant_id
+        ORDER BY r.tenant_id, r.due_at LIMIT 1) n
+)
+SELECT t.tenant_id, extract(epoch FROM t.due_at - now()) * 1000, tn.weight, tn.max_concurrency
+FROM t JOIN ordo.tenants tn ON tn.id = t.tenant_id`
+
+// RefreshMinDefault is how often, at most, a process re-reads which tenants
+// have due conversations (Config.RefreshMin).
+const RefreshMinDefault = 20 * time.Millisecond
+
+// turn is a tenant's place in a round.
+type turn struct {
+	tenant int64
+	weight int
+	cap    int // max_concurrency; 0 is none
+}
+
+type scheduler struct {
+	pool       *pgxpool.Pool
+	poll       time.Duration
+	refreshMin time.Duration
+	logger     *slog.Logger
+
+	mu        sync.Mutex
+	round     []turn // this round's tenants, in order
+	pos       int    // the current tenant in round
+	left      int    // claims the current tenant has left in this visit
+	stale     bool   // something became due: refresh before the next round
+	refreshed time.Time
+	nextDue   time.Time     // the earliest due time of a tenant not due at the last refresh
+	wake      chan struct{} // closed (and replaced) to wake waiting runners
+}
+
+func newScheduler(pool *pgxpool.Pool, poll, refreshMin time.Duration, logger *slog.Logger) *scheduler {
+	return &scheduler{pool: pool, poll: poll, refreshMin: refreshMin, logger: logger, wake: make(chan struct{}), stale: true}
+}
+
+// kick wakes every waiting runner and makes the next pick re-read the
+// tenants (a conversation became due, or a slot was freed).
+func (s *scheduler) kick() {
+	s.mu.Lock()
+	s.stale = true
+	close(s.wake)
+	s.wake = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// pick returns the tenant to claim from next, and the channel that is
+// closed when it is worth trying again after a pick found nothing.
+func (s *scheduler) pick(ctx context.Context) (turn, bool, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	wake := s.wake
+	if s.pos >= len(s.round) {
+		if err := s.newRound(ctx); err != nil {
+			if ctx.Err() == nil {
+				s.logger.WarnContext(ctx, "read tenants with due conversations", slog.String("error", err.Error()))
+			}
+			return turn{}, false, wake
+		}
+		if len(s.round) == 0 {
+			return turn{}, false, wake
+		}
+	}
+	t := s.round[s.pos]
+	s.left--
+	if s.left <= 0 {
+		s.advance()
+	}
+	return t, true, wake
+}
+
+// advance moves to the next tenant of the round.
+func (s *scheduler) advance() {
+	s.pos++
+	if s.pos < len(s.round) {
+		s.left = s.round[s.pos].weight
+	}
+}
+
+// missed: tenant had nothing to claim; it sits out the rest of the round.
+func (s *scheduler) missed(tenant int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := s.pos; i < len(s.round); i++ {
+		if s.round[i].tenant != tenant {
+			continue
+		}
+		if i == s.pos {
+			s.advance()
+		} else {
+			s.round = append(s.round[:i], s.round[i+1:]...)
+		}
+		return
+	}
+}
+
+// newRound starts a round over the tenants that have due conversations,
+// re-reading them unless the last read is fresh and nothing new is due (the
+// round then repeats over the tenants of the last read). Called with mu held.
+func (s *scheduler) newRound(ctx context.Context) error {
+	now := time.Now()
+	if !s.stale && now.Sub(s.refreshed) < s.refreshMin && now.Before(s.nextDue) && len(s.round) > 0 {
+		s.pos, s.left = 0, s.round[0].weight
+		return nil
+	}
+	rows, err := s.pool.Query(ctx, activeTenantsQuery)
+	if err != nil {
+		s.round = s.round[:0]
+		return err
+	}
+	round := s.round[:0]
+	next := now.Add(s.poll)
+	var (
+		t     turn
+		dueIn float64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&t.tenant, &dueIn, &t.weight, &t.cap}, func() error {
+		if dueIn <= 0 {
+			round = append(round, t)
+		} else if at := now.Add(time.Duration(dueIn * float64(time.Millisecond))); at.Before(next) {
+			next = at
+		}
+		return nil
+	})
+	s.round, s.pos, s.stale, s.refreshed, s.nextDue = round, 0, false, now, next
+	if len(round) > 0 {
+		s.left = round[0].weight
+	}
+	return err
+}
+
+// wait blocks until wake is closed, the earliest known due time or the poll
+// interval passes, or ctx ends.
+func (s *scheduler) wait(ctx context.Context, wake <-chan struct{}) {
+	s.mu.Lock()
+	d := min(time.Until(s.nextDue), s.poll)
+	s.stale = true // whatever ends the wait, look again
+	s.mu.Unlock()
+	if d <= 0 {
+		d = time.Millisecond
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-wake:
+	case <-t.C:
+	}
+}
+
+// listen wakes the scheduler on every ordo_ready notification until ctx
+// ends, on a connection of its own (re-established after errors).
+func (s *scheduler) listen(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := s.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		s.logger.WarnContext(ctx, "listen for due conversations; polling meanwhile", slog.String("error", err.Error()))
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *scheduler) listenOnce(ctx context.Context) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// The connection carries LISTEN state: never hand it back to the pool.
+	c := conn.Hijack()
+	defer c.Close(context.WithoutCancel(ctx))
+	if _, err := c.Exec(ctx, "LISTEN ordo_ready"); err != nil {
+		return err
+	}
+	s.kick() // anything that became due before LISTEN took effect
+	for {
+		if _, err := c.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		s.kick()
+	}
+}

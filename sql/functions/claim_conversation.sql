@@ -1,0 +1,67 @@
+-- ordo.claim_conversation claims, for the calling session, the conversation
+-- of tenant p_tenant that has been due the longest (ordo.ready), and returns
+-- it with the concurrency slot it took. A worker's scheduler calls it for the
+-- tenant whose turn it is (jobs/scheduler.go); the takeover follows in the
+-- same transaction and reads the claimed conversation from the
+-- transaction-local setting ordo.claimed.
+--
+-- The claim is the conversation's session advisory lock (first key p_lock,
+-- the drain's lock namespace), tried — never waited for — on each of the
+-- tenant's first due conversations in turn; one another drain holds (it is
+-- being claimed right now, or its drain runs past its due time) is passed
+-- over. No row lock is taken here: the takeover updates the ready row after
+-- it locked the conversation row, in the lock order of sql/LOCKING.md.
+--
+-- p_cap > 0 caps the tenant's drains at once across every process: a drain
+-- holds one of p_cap slot locks (two-key advisory locks (-1 - slot, tenant))
+-- for as long as it runs; with none free the claim returns nothing. The
+-- caller releases the slot when the drain is over (p_release_slot of its next
+-- claim, or pg_advisory_unlock). p_lease_ms becomes the session's
+-- idle_session_timeout (the drain's lease) when a conversation is claimed.
+CREATE OR REPLACE FUNCTION ordo.claim_conversation(
+    p_lock int, p_tenant bigint, p_cap int, p_lease_ms int, p_release_tenant bigint, p_release_slot int)
+RETURNS TABLE (conv bigint, slot int)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_slot  int;
+    v_start int;
+    v_conv  bigint;
+BEGIN
+    PERFORM set_config('ordo.claimed', '', true);
+    IF p_release_slot IS NOT NULL THEN
+        PERFORM pg_advisory_unlock(-1 - p_release_slot, p_release_tenant::int);
+    END IF;
+    IF p_tenant IS NULL THEN
+        RETURN;
+    END IF;
+    IF p_cap > 0 THEN
+        v_start := floor(random() * p_cap)::int;
+        FOR k IN 0 .. p_cap - 1 LOOP
+            IF pg_try_advisory_lock(-1 - (v_start + k) % p_cap, p_tenant::int) THEN
+                v_slot := (v_start + k) % p_cap;
+                EXIT;
+            END IF;
+        END LOOP;
+        IF v_slot IS NULL THEN
+            RETURN;
+        END IF;
+    END IF;
+    FOR v_conv IN
+        SELECT r.conversation_pk FROM ordo.ready r
+        WHERE r.tenant_id = p_tenant AND r.due_at <= now()
+        ORDER BY r.due_at LIMIT 16
+    LOOP
+        IF pg_try_advisory_lock(p_lock, (v_conv % 2147483647)::int) THEN
+            PERFORM set_config('ordo.claimed', v_conv::text, true),
+                    set_config('idle_session_timeout', p_lease_ms::text, false);
+            conv := v_conv;
+            slot := v_slot;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END LOOP;
+    IF v_slot IS NOT NULL THEN
+        PERFORM pg_advisory_unlock(-1 - v_slot, p_tenant::int);
+    END IF;
+END;
+$$;

@@ -1,0 +1,32 @@
+-- ordo.park_conversation ends a drain's run on conversation p_conv without
+-- catching it up: its ready row is due again after p_delay (a backoff, a send
+-- slot, a paused tenant, a yield after the run's budget: 0), or at once when
+-- something woke it while the drain ran (ordo.wake_conversation), and the
+-- drain's lock (first key p_lock) is released with this call. Fenced: a
+-- drain that lost the conversation changes nothing (ORF01).
+--
+-- Locks: the conversation row (ordo.check_fence), then the ready row.
+CREATE OR REPLACE FUNCTION ordo.park_conversation(p_conv bigint, p_fence bigint, p_lock int, p_delay interval)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_due timestamptz;
+BEGIN
+    PERFORM ordo.check_fence(p_conv, p_fence);
+    UPDATE ordo.ready r SET due_at = CASE WHEN r.woken THEN now() ELSE clock_timestamp() + p_delay END,
+                            running = false, woken = false
+    WHERE r.conversation_pk = p_conv
+    RETURNING r.due_at INTO v_due;
+    IF NOT FOUND THEN
+        -- Only an operator's hand removes a running drain's row; put it back.
+        INSERT INTO ordo.ready (conversation_pk, tenant_id, due_at)
+        SELECT c.id, c.tenant_id, clock_timestamp() + p_delay FROM ordo.conversations c WHERE c.id = p_conv
+        RETURNING due_at INTO v_due;
+    END IF;
+    IF v_due <= clock_timestamp() THEN
+        PERFORM pg_notify('ordo_ready', '');
+    END IF;
+    PERFORM pg_advisory_unlock(p_lock, (p_conv % 2147483647)::int), set_config('idle_session_timeout', '0', false);
+    RETURN true;
+END;
+$$;
