@@ -229,4 +229,3 @@ func (r *run) stop(err error) error {
 	}
 	return err
 }
-

@@ -33,7 +33,7 @@ func secondRunner(t *testing.T, b *jobstest.Bundle, workers int, onSend func()) 
 		Workers: workers, HandlerTimeout: 2 * time.Second, SendTimeout: 2 * time.Second, Lease: 4 * time.Second,
 		RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, DrainErrorDelay: 100 * time.Millisecond,
 		FetchPollInterval: 50 * time.Millisecond,
-		ReconcileWait: 300 * time.Millisecond, WhatsAppAPIURL: b.WhatsApp.URL(),
+		ReconcileWait:     300 * time.Millisecond, WhatsAppAPIURL: b.WhatsApp.URL(),
 	}, b.Tenants, b.Vault, b.Logger)
 	if err != nil {
 		t.Fatal(err)
