@@ -188,3 +188,64 @@ func (b *Bundle) Count(query string, args ...any) int {
 	}
 	return n
 }
+
+// AddTenant creates another tenant sending from its own phone number on the
+// same fake Cloud API, with settings p applied; it returns the tenant.
+func (b *Bundle) AddTenant(slug, phoneNumberID string, p tenants.UpdateParams) tenants.Tenant {
+	b.t.Helper()
+	ctx := context.Background()
+	created, err := b.Tenants.Create(ctx, tenants.CreateParams{Slug: slug, Name: slug})
+	if err != nil {
+		b.t.Fatalf("create tenant %s: %v", slug, err)
+	}
+	cred, _ := json.Marshal(map[string]string{"phone_number_id": phoneNumberID, "access_token": AccessToken + "-" + slug, "app_secret": "app-secret-" + slug, "verify_token": "verify-" + slug})
+	if err := b.Vault.Put(ctx, b.Pool, created.Tenant.ID, "whatsapp", cred); err != nil {
+		b.t.Fatalf("store credential of %s: %v", slug, err)
+	}
+	t, err := b.Tenants.Update(ctx, slug, p)
+	if err != nil && p != (tenants.UpdateParams{}) {
+		b.t.Fatalf("update tenant %s: %v", slug, err)
+	}
+	if p == (tenants.UpdateParams{}) {
+		t = created.Tenant
+	}
+	return t
+}
+
+// IngestFor accepts an outbound text message of tenant slug or fails the test.
+func (b *Bundle) IngestFor(slug, conv, messageID, text string) engine.Accepted {
+	b.t.Helper()
+	a, err := b.Engine.Ingest(context.Background(), engine.NewMessage{
+		Tenant: slug, ConversationID: conv, MessageID: messageID, Payload: Outbound(conv, text),
+	})
+	if err != nil {
+		b.t.Fatalf("ingest %s/%s: %v", slug, messageID, err)
+	}
+	return a
+}
+
+// StartAnotherRunner starts a second worker "process" on the same database:
+// its own pool (its own sessions, as another process would have), the same
+// test defaults and fake Cloud API, config c; it is stopped when the test
+// ends.
+func (b *Bundle) StartAnotherRunner(c jobs.Config) *jobs.Runner {
+	b.t.Helper()
+	pool, err := pgxpool.New(context.Background(), b.URL+"&pool_max_conns=40")
+	if err != nil {
+		b.t.Fatalf("pool: %v", err)
+	}
+	b.t.Cleanup(pool.Close)
+	r, err := jobs.NewRunner(pool, withTestDefaults(c, b.WhatsApp.URL()), b.Tenants, b.Vault, b.Logger)
+	if err != nil {
+		b.t.Fatalf("runner: %v", err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		b.t.Fatalf("start runner: %v", err)
+	}
+	b.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = r.Stop(ctx)
+	})
+	return r
+}
