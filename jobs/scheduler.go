@@ -37,10 +37,11 @@ import (
 //     conversation became due), the earliest known due time, or
 //     Config.FetchPollInterval, whichever comes first.
 
-// activeTenantsQuery lists each tenant with a conversation in the ready set
+// ActiveTenantsQuery lists each tenant with a conversation in the ready set
 // and its earliest due time: a loose index scan of ready_tenant_due_idx, one
-// probe per such tenant, whatever the number of conversations.
-const activeTenantsQuery = `
+// probe per such tenant, whatever the number of conversations. Exported for
+// the benchmark, which measures its cost (`make bench ARGS="--scenario claim"`).
+const ActiveTenantsQuery = `
 WITH RECURSIVE t AS (
     (SELECT r.tenant_id, r.due_at FROM ordo.ready r ORDER BY r.tenant_id, r.due_at LIMIT 1)
     UNION ALL
@@ -151,7 +152,7 @@ func (s *scheduler) newRound(ctx context.Context) error {
 		s.pos, s.left = 0, s.round[0].weight
 		return nil
 	}
-	rows, err := s.pool.Query(ctx, activeTenantsQuery)
+	rows, err := s.pool.Query(ctx, ActiveTenantsQuery)
 	if err != nil {
 		s.round = s.round[:0]
 		return err

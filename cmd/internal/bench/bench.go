@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,7 +43,7 @@ import (
 // Systems and scenarios, in the order they run and print.
 var (
 	benchSystems   = []string{"ordo", "river-plain", "redis-lock", "sql-floor"}
-	benchScenarios = []string{"spread", "hot", "latency", "backlog"}
+	benchScenarios = []string{"spread", "hot", "latency", "backlog", "noisy", "claim"}
 )
 
 // benchConfig is one `ordo-bench` run. Sizes default to what finishes in a
@@ -85,6 +86,17 @@ type benchConfig struct {
 	// dedupeRows pruned dedupe records are loaded into ordo's template
 	// before the runs (bench_dedupe.go).
 	dedupeRows int
+
+	// noisy (bench_noisy.go): the burst tenant's messages and conversations,
+	// unpaced and paced at noisyRate (0: ordo runs unpaced only); the quiet
+	// tenants, each offering quietRate messages a second for quietFor; the
+	// fake Cloud API's answer delay.
+	noisyMsgs, noisyConvs           int
+	noisyPacedMsgs, noisyPacedConvs int
+	noisyRate                       int
+	quietTenants, quietRate         int
+	quietFor                        time.Duration
+	providerDelay                   time.Duration
 }
 
 func parseBenchFlags(env *cli.Env, args []string) (benchConfig, error) {
@@ -94,7 +106,7 @@ func parseBenchFlags(env *cli.Env, args []string) (benchConfig, error) {
 		systems  string
 		fs       = cli.NewFlagSet(env, "ordo-bench")
 	)
-	fs.StringVar(&scenario, "scenario", "all", "spread|hot|latency|backlog|all, or a comma-separated list")
+	fs.StringVar(&scenario, "scenario", "all", "spread|hot|latency|backlog|noisy|claim|all, or a comma-separated list")
 	fs.StringVar(&systems, "systems", strings.Join(benchSystems, ","), "systems to measure, comma-separated")
 	fs.StringVar(&c.out, "out", "bench-results.jsonl", "file receiving one JSON object per system and scenario")
 	fs.IntVar(&c.concurrency, "concurrency", 32, "concurrent load-generator clients, the same for every system")
@@ -117,6 +129,15 @@ func parseBenchFlags(env *cli.Env, args []string) (benchConfig, error) {
 	fs.StringVar(&c.profile, "profile", "", "directory for CPU profiles and pg_stat_statements tops per system and scenario (off when empty)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the cluster directory afterwards")
 	fs.IntVar(&c.dedupeRows, "dedupe-rows", 0, "pruned messages (dedupe records only, another tenant's) loaded into ordo's database before the runs, e.g. 20000000")
+	fs.IntVar(&c.noisyMsgs, "noisy-messages", 10000, "noisy: the burst's messages, queued through SQL (issue: 20000)")
+	fs.IntVar(&c.noisyConvs, "noisy-conversations", 1000, "noisy: the burst's conversations (issue: 2000)")
+	fs.IntVar(&c.noisyPacedMsgs, "noisy-paced-messages", 1600, "noisy, paced: the burst's messages (issue: 8000)")
+	fs.IntVar(&c.noisyPacedConvs, "noisy-paced-conversations", 160, "noisy, paced: the burst's conversations (issue: 800)")
+	fs.IntVar(&c.noisyRate, "noisy-send-rate", 80, "noisy: ordo also runs with every tenant paced at this send_rate (0: unpaced only)")
+	fs.IntVar(&c.quietTenants, "quiet-tenants", 3, "noisy: quiet tenants beside the burst")
+	fs.IntVar(&c.quietRate, "quiet-rate", 4, "noisy: messages per second each quiet tenant offers over REST, each in a conversation of its own")
+	fs.DurationVar(&c.quietFor, "quiet-duration", 15*time.Second, "noisy: how long the quiet tenants offer (keep it shorter than the burst's drain)")
+	fs.DurationVar(&c.providerDelay, "provider-delay", 50*time.Millisecond, "noisy: the fake Cloud API answers each send after this long")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return c, err
 	}
@@ -133,6 +154,8 @@ func parseBenchFlags(env *cli.Env, args []string) (benchConfig, error) {
 		"hot-conversations": c.hotConvs, "hot-messages": c.hotMsgs,
 		"latency-rate": c.latencyRate, "latency-conversations": c.latencyConvs,
 		"backlog-messages": c.backlogMsgs, "backlog-conversations": c.backlogConvs, "backlog-tenants": c.backlogTenants,
+		"noisy-messages": c.noisyMsgs, "noisy-conversations": c.noisyConvs, "noisy-paced-messages": c.noisyPacedMsgs,
+		"noisy-paced-conversations": c.noisyPacedConvs, "quiet-tenants": c.quietTenants, "quiet-rate": c.quietRate,
 	} {
 		if v < 1 {
 			return c, fmt.Errorf("--%s must be at least 1", name)
@@ -140,6 +163,12 @@ func parseBenchFlags(env *cli.Env, args []string) (benchConfig, error) {
 	}
 	if c.backlogConvs < c.backlogTenants || c.backlogMsgs < c.backlogConvs {
 		return c, errors.New("the backlog needs at least one conversation per tenant and one message per conversation")
+	}
+	if c.noisyConvs > c.noisyMsgs || c.noisyPacedConvs > c.noisyPacedMsgs {
+		return c, errors.New("the noisy burst needs at least one message per conversation")
+	}
+	if c.noisyRate < 0 || c.quietFor < time.Second || c.providerDelay < 0 {
+		return c, errors.New("--noisy-send-rate and --provider-delay must be 0 or more, --quiet-duration at least 1s")
 	}
 	if c.sendRate < 0 {
 		return c, errors.New("--send-rate must be 0 (unpaced) or more")
@@ -209,6 +238,22 @@ func Main(ctx context.Context, env *cli.Env, args []string) error {
 	b.printHeader()
 	var results []benchResult
 	for _, sc := range cfg.scenarios {
+		if sc == "claim" {
+			rs, err := b.runClaim(ctx, out)
+			results = append(results, rs...)
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		if sc == "noisy" {
+			rs, err := b.runNoisyAll(ctx, out)
+			results = append(results, rs...)
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		load := cfg.load(sc)
 		for _, sys := range cfg.systems {
 			b.logf("%s / %s: %d messages over %d conversations …", sc, sys, load.messages(), load.convs)
@@ -227,6 +272,32 @@ func Main(ctx context.Context, env *cli.Env, args []string) error {
 	printTargets(env.Stdout, results)
 	fmt.Fprintf(env.Stdout, "\nload average at the end: %s\nJSON lines: %s\n", loadAverage(), cfg.out)
 	return nil
+}
+
+// runNoisyAll runs the noisy scenario for every HTTP system (sql-floor has
+// no REST and no tenants) and each of its modes.
+func (b *benchEnv) runNoisyAll(ctx context.Context, out io.Writer) ([]benchResult, error) {
+	var results []benchResult
+	for _, sys := range b.cfg.systems {
+		if sys == "sql-floor" {
+			continue
+		}
+		for _, rate := range b.cfg.noisyModes(sys) {
+			b.logf("noisy / %s: burst of %d tenant(s) next to %d quiet tenants, send rate %d …", sys, 1, b.cfg.quietTenants, rate)
+			if err := b.checkpoint(ctx); err != nil {
+				return results, err
+			}
+			r, err := b.runNoisy(ctx, sys, rate)
+			if err != nil {
+				return results, fmt.Errorf("noisy / %s: %w", sys, err)
+			}
+			results = append(results, r)
+			if err := cli.PrintJSON(out, r); err != nil {
+				return results, err
+			}
+		}
+	}
+	return results, nil
 }
 
 // load returns the offered load of scenario sc.

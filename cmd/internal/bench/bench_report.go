@@ -54,6 +54,12 @@ type benchResult struct {
 	IngestCPU  *benchCPU `json:"ingest_cpu_ms_per_msg,omitempty"`
 	DrainStart float64   `json:"drain_start_msgs_s,omitempty"`
 	DrainEnd   float64   `json:"drain_end_msgs_s,omitempty"`
+	// Noisy is the noisy scenario's burst and per-quiet-tenant figures; its
+	// latency_ms is the quiet tenants' during the burst, its throughput the
+	// burst's with them.
+	Noisy *noisyResult `json:"noisy,omitempty"`
+	// Claim is the claim scenario's measurement (no messages).
+	Claim *claimResult `json:"claim,omitempty"`
 }
 
 // benchLatency is offer → provider receipt per message, in milliseconds.
@@ -187,8 +193,13 @@ func (r benchResult) summary() string {
 func printBenchTable(w io.Writer, results []benchResult) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tsystem\tmessages\tconvs\tseconds\tmsgs/s\tp50 ms\tp95 ms\tp99 ms\tdup\torder\tlost\tRSS MB\tCPU ms/msg: system\tpostgres\txacts/msg\tWAL KB/msg\t")
+	if slices.ContainsFunc(results, func(r benchResult) bool { return r.Noisy == nil && r.Claim == nil }) {
+		fmt.Fprintln(tw, "scenario\tsystem\tmessages\tconvs\tseconds\tmsgs/s\tp50 ms\tp95 ms\tp99 ms\tdup\torder\tlost\tRSS MB\tCPU ms/msg: system\tpostgres\txacts/msg\tWAL KB/msg\t")
+	}
 	for _, r := range results {
+		if r.Noisy != nil || r.Claim != nil {
+			continue // their own tables (printNoisy, printClaim)
+		}
 		rss, sysCPU, pgCPU := "-", "-", "-"
 		if r.PeakRSSMB > 0 {
 			rss = fmt.Sprintf("%.0f", r.PeakRSSMB)
@@ -227,6 +238,9 @@ func printBenchTable(w io.Writer, results []benchResult) {
 		tw.Flush()
 	}
 
+	printNoisy(w, results)
+	printClaim(w, results)
+
 	fmt.Fprintln(w, "\nthroughput ratios")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tordo / river-plain\tordo / redis-lock\tordo / sql-floor\t")
@@ -235,15 +249,17 @@ func printBenchTable(w io.Writer, results []benchResult) {
 		if !ok {
 			continue
 		}
-		cells := []string{sc}
+		cells, any := []string{sc}, false
 		for _, other := range []string{"river-plain", "redis-lock", "sql-floor"} {
 			cell := "-"
 			if x, ok := find(results, sc, other); ok {
-				cell = ratio(o.Throughput, x.Throughput)
+				cell, any = ratio(o.Throughput, x.Throughput), true
 			}
 			cells = append(cells, cell)
 		}
-		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+		if any {
+			fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+		}
 	}
 	tw.Flush()
 }
@@ -301,6 +317,7 @@ func printTargets(w io.Writer, results []benchResult) {
 		check(o.DrainStart > 0 && o.DrainEnd >= 0.9*o.DrainStart, "backlog: ordo's last 10% ≥ 0.9 × its first 10%", ratio(o.DrainEnd, o.DrainStart))
 		check(o.PeakRSSMB > 0 && o.PeakRSSMB <= 300, "backlog: ordo's peak RSS ≤ 300 MB", fmt.Sprintf("%.0f MB", o.PeakRSSMB))
 	}
+	noisyTargets(results, check)
 	var lost []string
 	for _, r := range results {
 		if r.System == "ordo" && (r.Lost > 0 || r.Duplicates > 0 || r.OrderViolations > 0) {

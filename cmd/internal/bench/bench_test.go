@@ -1,6 +1,9 @@
 package bench
 
 import (
+	"io"
+
+	"github.com/ordo-dev/ordo/cmd/internal/cli"
 	"context"
 	"encoding/json"
 	"errors"
@@ -194,5 +197,33 @@ func TestWarmupMessagesAreNeverJudged(t *testing.T) {
 	}
 	if i := messageIndex(got.MessageID); i != -1 {
 		t.Errorf("messageIndex(%q) = %d; want -1 (not a measured message)", got.MessageID, i)
+	}
+}
+
+func TestJudgeNoisySplitsBurstAndQuiet(t *testing.T) {
+	t.Parallel()
+	b := &benchEnv{env: &cli.Env{Stdout: io.Discard, Stderr: io.Discard}}
+	start := time.Now()
+	ph := &noisyPhase{name: "both", burst: map[string][]string{"c1": {"n3-0", "n3-1"}, "c2": {"n3-2"}},
+		burstIDs:  map[string]bool{"n3-0": true, "n3-1": true, "n3-2": true},
+		quietSent: map[string]time.Time{"q3-1-0": start}, quietOwner: map[string]int{"q3-1-0": 1}, quietConv: map[string]string{"q3-1-0": "c9"}}
+	sends := []whatsapptest.Send{
+		{To: "c1", Text: "n3-1", At: start},                                  // out of order
+		{To: "c9", Text: "q3-1-0", At: start.Add(40 * time.Millisecond)},    // the quiet message, 40 ms after its offer
+		{To: "c1", Text: "n3-0", At: start.Add(500 * time.Millisecond)},
+		{To: "c1", Text: "n3-0", At: start.Add(600 * time.Millisecond)},     // a duplicate
+		{To: "c2", Text: "n3-2", At: start.Add(time.Second)},
+	}
+	res := benchResult{System: "ordo"}
+	nr := &noisyResult{Quiet: []quietLatency{{Tenant: "quiet-1"}}}
+	tp := b.judgeNoisy(&res, nr, ph, sends, 1)
+	if tp != 2 { // 3 distinct burst sends over 1 s: 2 intervals
+		t.Errorf("burst throughput = %v msgs/s, want 2", tp)
+	}
+	if res.OrderViolations == 0 || res.Duplicates != 1 || res.Lost != 0 {
+		t.Errorf("order violations %d, duplicates %d, lost %d; want >0, 1, 0", res.OrderViolations, res.Duplicates, res.Lost)
+	}
+	if got := nr.Quiet[0].lat[1]; len(got) != 1 || got[0] != 40 {
+		t.Errorf("quiet latencies during the burst = %v, want [40]", got)
 	}
 }

@@ -1,0 +1,484 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/ordo-dev/ordo/jobs/whatsapp/whatsapptest"
+	"github.com/ordo-dev/ordo/tenants"
+)
+
+// The noisy scenario is one client's campaign next to quiet clients (issue
+// 11): tenant 0 ("noisy") queues a burst through SQL in batch transactions,
+// as an application's import would — ordo.enqueue_message for ordo, River
+// job inserts for the baselines — while tenants 1..N ("quiet") each offer a
+// trickle over REST, every message in a conversation of its own. The fake
+// Cloud API answers every send after --provider-delay, as the real one
+// takes tens of milliseconds.
+//
+// Each system runs three phases in one process: the quiet trickle alone,
+// the burst alone, and both together (the burst queued, then the trickle
+// started). What is compared, within the same run: each quiet tenant's
+// offer → provider receipt p50/p99 alone and during the burst, and the
+// burst's drain throughput (first to last send) alone and with the quiet
+// tenants. ordo runs it twice, unpaced and with the burst tenant paced at
+// --noisy-send-rate (the shipped default, Meta's 80/s); the baselines have
+// no pacing, so they run unpaced only.
+
+// noisyPhase is what one phase offered and what the provider saw of it.
+type noisyPhase struct {
+	name string
+	// burst: message ids of the burst in the order each conversation must
+	// receive them (by "to"); quiet: the offered time of each quiet message
+	// by id, and its tenant.
+	burst      map[string][]string
+	burstIDs   map[string]bool
+	quietSent  map[string]time.Time
+	quietOwner map[string]int
+	quietConv  map[string]string
+	quietRetry int
+}
+
+// noisyResult is the scenario's own part of a result line.
+type noisyResult struct {
+	// BurstSendRate is the burst tenant's send_rate (0: unpaced).
+	BurstSendRate int `json:"burst_send_rate"`
+	// BurstMessages and BurstConversations size the burst.
+	BurstMessages      int `json:"burst_messages"`
+	BurstConversations int `json:"burst_conversations"`
+	// Burst drain throughput (first to last send), alone and with the
+	// quiet tenants offering.
+	BurstAloneMsgsS     float64 `json:"burst_alone_msgs_s"`
+	BurstWithQuietMsgsS float64 `json:"burst_with_quiet_msgs_s"`
+	// Quiet is each quiet tenant's offer → send latency, without and with
+	// the burst.
+	Quiet []quietLatency `json:"quiet"`
+}
+
+type quietLatency struct {
+	Tenant string `json:"tenant"`
+	Idle   p50p99 `json:"idle_ms"`
+	Burst  p50p99 `json:"burst_ms"`
+	Sent   [2]int `json:"sent"` // alone, during the burst
+	lat    [2][]float64
+}
+
+type p50p99 struct {
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+}
+
+// noisyModes are the burst tenant's send rates ordo runs the scenario with.
+func (c benchConfig) noisyModes(system string) []int {
+	if system == "ordo" && c.noisyRate > 0 {
+		return []int{0, c.noisyRate}
+	}
+	return []int{0}
+}
+
+// runNoisy runs the scenario for one system and burst send rate.
+func (b *benchEnv) runNoisy(ctx context.Context, system string, rate int) (benchResult, error) {
+	template := riverTemplate
+	if system == "ordo" {
+		template = ordoTemplate
+	}
+	_, url, drop, err := b.newDatabase(ctx, template)
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer drop()
+	wa := whatsapptest.NewServer()
+	defer wa.Close()
+	delay := b.cfg.providerDelay
+	wa.SetResponder(func(req whatsapptest.Send, attempt int) whatsapptest.Response {
+		r := whatsapptest.Default(req, attempt)
+		r.Delay = delay
+		return r
+	})
+
+	tenantsN := 1 + b.cfg.quietTenants
+	spec := childSpec{system: system, role: "all", databaseURL: url, whatsappURL: wa.URL()}
+	var (
+		keys  []string
+		slugs = make([]string, tenantsN)
+	)
+	for t := range slugs {
+		slugs[t] = "bench-" + strconv.Itoa(t)
+	}
+	msgs, convs := b.cfg.noisyMsgs, b.cfg.noisyConvs
+	if rate > 0 {
+		msgs, convs = b.cfg.noisyPacedMsgs, b.cfg.noisyPacedConvs
+	}
+	if system == "ordo" {
+		if keys, err = b.ordoTenants(ctx, url, tenantsN); err != nil {
+			return benchResult{}, fmt.Errorf("tenants: %w", err)
+		}
+		// Paced: every tenant has the shipped default rate; the burst
+		// tenant is the one it binds.
+		if err := setSendRates(ctx, url, slugs, rate); err != nil {
+			return benchResult{}, err
+		}
+	} else if keys, spec.tenantsFile, err = b.baselineTenants(tenantsN); err != nil {
+		return benchResult{}, fmt.Errorf("tenants: %w", err)
+	}
+	pool, err := pgxpool.New(ctx, url+"&pool_max_conns=4")
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer pool.Close()
+
+	c, err := b.startChild(ctx, spec)
+	if err != nil {
+		return benchResult{}, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = c.stop()
+		}
+	}()
+
+	res := benchResult{Scenario: "noisy", System: system, Messages: msgs, Conversations: convs}
+	nr := &noisyResult{BurstSendRate: rate, BurstMessages: msgs, BurstConversations: convs}
+	for q := 1; q < tenantsN; q++ {
+		nr.Quiet = append(nr.Quiet, quietLatency{Tenant: "quiet-" + strconv.Itoa(q)})
+	}
+
+	// Phase 1: the quiet tenants alone.
+	ph, err := b.noisyPhase(ctx, "quiet alone", 1, pool, system, c.addr, keys, slugs, wa, false, true, 0, 0)
+	if err != nil {
+		return res, err
+	}
+	b.judgeNoisy(&res, nr, ph, wa.Sends(), 0)
+	// Phase 2: the burst alone.
+	wa.Reset()
+	if ph, err = b.noisyPhase(ctx, "burst alone", 2, pool, system, c.addr, keys, slugs, wa, true, false, msgs, convs); err != nil {
+		return res, err
+	}
+	nr.BurstAloneMsgsS = b.judgeNoisy(&res, nr, ph, wa.Sends(), 1)
+	// Phase 3: both.
+	wa.Reset()
+	if ph, err = b.noisyPhase(ctx, "burst + quiet", 3, pool, system, c.addr, keys, slugs, wa, true, true, msgs, convs); err != nil {
+		return res, err
+	}
+	nr.BurstWithQuietMsgsS = b.judgeNoisy(&res, nr, ph, wa.Sends(), 1)
+	res.Throughput = nr.BurstWithQuietMsgsS
+
+	var during []float64
+	for i := range nr.Quiet {
+		q := &nr.Quiet[i]
+		q.Idle, q.Burst = pct(q.lat[0]), pct(q.lat[1])
+		during = append(during, q.lat[1]...)
+	}
+	slices.Sort(during)
+	res.Latency = benchLatency{P50: round1(percentile(during, 50)), P95: round1(percentile(during, 95)), P99: round1(percentile(during, 99))}
+	res.Noisy = nr
+	stopped = true
+	if err := c.stop(); err != nil {
+		return res, err
+	}
+	res.PeakRSSMB = round1(c.peakRSSMB())
+	res.ProviderRequests = wa.Attempts()
+	return res, nil
+}
+
+func pct(lat []float64) p50p99 {
+	slices.Sort(lat)
+	return p50p99{P50: round1(percentile(lat, 50)), P99: round1(percentile(lat, 99))}
+}
+
+// setSendRates gives every tenant of slugs the send rate.
+func setSendRates(ctx context.Context, url string, slugs []string, rate int) error {
+	pool, err := pgxpool.New(ctx, url+"&pool_max_conns=2")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store := tenants.NewStore(pool, nil)
+	for _, s := range slugs {
+		if _, err := store.Update(ctx, s, tenants.UpdateParams{SendRate: &rate}); err != nil {
+			return fmt.Errorf("set %s's send rate: %w", s, err)
+		}
+	}
+	return nil
+}
+
+// noisyPhase offers one phase and waits until the provider has it all (or
+// stalls).
+func (b *benchEnv) noisyPhase(ctx context.Context, name string, n int, pool *pgxpool.Pool, system, addr string,
+	keys, slugs []string, wa *whatsapptest.Server, burst, quiet bool, msgs, convs int) (*noisyPhase, error) {
+	ph := &noisyPhase{name: name, burst: map[string][]string{}, burstIDs: map[string]bool{},
+		quietSent: map[string]time.Time{}, quietOwner: map[string]int{}, quietConv: map[string]string{}}
+	want := 0
+	if burst {
+		start := time.Now()
+		if err := queueBurst(ctx, pool, system, slugs[0], n, msgs, convs, ph); err != nil {
+			return nil, fmt.Errorf("%s: queue the burst: %w", name, err)
+		}
+		want += msgs
+		b.logf("noisy / %s: %s: %d messages over %d conversations queued through SQL in %.1fs", system, name, msgs, convs, time.Since(start).Seconds())
+	}
+	if quiet {
+		if err := b.offerQuiet(ctx, n, addr, keys, ph); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		want += len(ph.quietSent)
+	}
+	if err := b.waitSends(ctx, wa, want); err != nil {
+		return nil, err
+	}
+	return ph, nil
+}
+
+// burstConv is burst conversation c of phase n; quietConv is quiet tenant
+// q's message i of phase n. Each has an id range of its own, so the
+// provider's "to" names the conversation.
+func burstConv(n, c int) string    { return strconv.Itoa(16000000000 + n*1000000 + c) }
+func quietConv(n, q, i int) string { return strconv.Itoa(17000000000 + q*10000000 + n*1000000 + i) }
+
+// burstBatch is how many messages one import transaction queues.
+const burstBatch = 500
+
+// queueBurst queues the burst in transactions of burstBatch messages,
+// message k to conversation k % convs.
+func queueBurst(ctx context.Context, pool *pgxpool.Pool, system, slug string, n, msgs, convs int, ph *noisyPhase) error {
+	var client *river.Client[pgx.Tx]
+	if system != "ordo" {
+		var err error
+		if client, err = river.NewClient(riverpgxv5.New(pool), &river.Config{}); err != nil {
+			return err
+		}
+	}
+	for from := 0; from < msgs; from += burstBatch {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var (
+				batch  pgx.Batch
+				params []river.InsertManyParams
+			)
+			for k := from; k < min(from+burstBatch, msgs); k++ {
+				conv := burstConv(n, k%convs)
+				id := "n" + strconv.Itoa(n) + "-" + strconv.Itoa(k)
+				ph.burst[conv] = append(ph.burst[conv], id)
+				ph.burstIDs[id] = true
+				msg, _ := json.Marshal(map[string]any{"to": conv, "type": "text", "text": map[string]string{"body": id}})
+				if client == nil {
+					batch.Queue(`SELECT 1 FROM ordo.enqueue_message($1, $2, $3, 'outbound', $4)`, slug, conv, id, msg)
+				} else {
+					params = append(params, river.InsertManyParams{Args: sendArgs{Tenant: slug, Conversation: conv, MessageID: id, Message: msg}})
+				}
+			}
+			if client != nil {
+				_, err := client.InsertManyFastTx(ctx, tx, params)
+				return err
+			}
+			return tx.SendBatch(ctx, &batch).Close()
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// offerQuiet has every quiet tenant offer --quiet-rate messages a second
+// for --quiet-duration over REST, each message due on a clock and in a
+// conversation of its own.
+func (b *benchEnv) offerQuiet(ctx context.Context, n int, addr string, keys []string, ph *noisyPhase) error {
+	client := &http.Client{Timeout: 30 * time.Second}
+	defer client.CloseIdleConnections()
+	per := int(float64(b.cfg.quietRate) * b.cfg.quietFor.Seconds())
+	interval := time.Second / time.Duration(b.cfg.quietRate)
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		errs []error
+	)
+	start := time.Now()
+	for i := range per {
+		for q := 1; q < len(keys); q++ {
+			// Tenants offer evenly spread over each interval.
+			due := start.Add(time.Duration(i)*interval + time.Duration(q-1)*interval/time.Duration(len(keys)-1))
+			if d := time.Until(due); d > 0 {
+				time.Sleep(d)
+			}
+			conv := quietConv(n, q, i)
+			id := "q" + strconv.Itoa(n) + "-" + strconv.Itoa(q) + "-" + strconv.Itoa(i)
+			mu.Lock()
+			ph.quietSent[id], ph.quietOwner[id], ph.quietConv[id] = due, q, conv
+			mu.Unlock()
+			wg.Go(func() {
+				retries, err := postQuiet(ctx, client, addr, keys[q], conv, id)
+				mu.Lock()
+				defer mu.Unlock()
+				ph.quietRetry += retries
+				if err != nil {
+					errs = append(errs, fmt.Errorf("quiet %s: %w", id, err))
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// postQuiet posts one quiet message, retrying what a client retries.
+func postQuiet(ctx context.Context, client *http.Client, addr, key, conv, id string) (int, error) {
+	body, _ := json.Marshal(map[string]any{"message_id": id, "conversation_id": conv, "type": "text", "text": map[string]string{"body": id}})
+	for attempt := 0; ; attempt++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/messages", strings.NewReader(string(body)))
+		if err != nil {
+			return attempt, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := client.Do(req)
+		status := 0
+		if err == nil {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			status = resp.StatusCode
+			if status == http.StatusOK || status == http.StatusAccepted {
+				return attempt, nil
+			}
+			if status != http.StatusTooManyRequests && status < 500 {
+				return attempt, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(msg)))
+			}
+		}
+		if attempt >= 20 || ctx.Err() != nil {
+			return attempt, fmt.Errorf("gave up after %d attempts (last status %d, error %v)", attempt+1, status, err)
+		}
+		time.Sleep(min(time.Duration(10<<attempt)*time.Millisecond, time.Second))
+	}
+}
+
+// judgeNoisy adds what the provider received in a phase to res and nr:
+// the quiet latencies go to slot (0 alone, 1 during the burst); it returns
+// the burst's throughput from its first to its last send.
+func (b *benchEnv) judgeNoisy(res *benchResult, nr *noisyResult, ph *noisyPhase, sends []whatsapptest.Send, slot int) float64 {
+	expected := make(map[string][]string, len(ph.burst)+len(ph.quietSent))
+	for conv, ids := range ph.burst {
+		expected[conv] = ids
+	}
+	for id, conv := range ph.quietConv {
+		expected[conv] = []string{id}
+	}
+	rep := whatsapptest.Check(sends, expected)
+	res.Duplicates += rep.Duplicates
+	res.OrderViolations += rep.OrderViolations
+	res.Lost += rep.Lost
+	res.Unexpected += rep.Unexpected
+	res.IngestRetries += int64(ph.quietRetry)
+
+	var first, last time.Time
+	burstSent := 0
+	seen := map[string]bool{}
+	for _, s := range sends {
+		if seen[s.Text] {
+			continue
+		}
+		seen[s.Text] = true
+		if ph.burstIDs[s.Text] {
+			if first.IsZero() || s.At.Before(first) {
+				first = s.At
+			}
+			if s.At.After(last) {
+				last = s.At
+			}
+			burstSent++
+			continue
+		}
+		if at, ok := ph.quietSent[s.Text]; ok {
+			q := &nr.Quiet[ph.quietOwner[s.Text]-1]
+			q.lat[slot] = append(q.lat[slot], float64(s.At.Sub(at))/float64(time.Millisecond))
+			q.Sent[slot]++
+		}
+	}
+	msg := fmt.Sprintf("noisy / %s: %s: duplicates %d, order violations %d, lost %d", res.System, ph.name, rep.Duplicates, rep.OrderViolations, rep.Lost)
+	var tp float64
+	if d := last.Sub(first).Seconds(); burstSent > 1 && d > 0 {
+		tp = round1(float64(burstSent-1) / d)
+		msg += fmt.Sprintf(", burst drained at %.0f msgs/s", tp)
+		if slot == 1 {
+			res.DurationS = round2(d)
+		}
+	}
+	for _, q := range nr.Quiet {
+		if l := q.lat[slot]; len(l) > 0 {
+			l = slices.Clone(l)
+			slices.Sort(l)
+			msg += fmt.Sprintf(", %s p50/p99 %.0f/%.0f ms", q.Tenant, percentile(l, 50), percentile(l, 99))
+		}
+	}
+	b.logf("%s", msg)
+	return tp
+}
+
+// printNoisy writes the noisy scenario's table and targets.
+func printNoisy(w io.Writer, results []benchResult) {
+	var rows []benchResult
+	for _, r := range results {
+		if r.Noisy != nil {
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nnoisy: one tenant's burst (queued through SQL) next to quiet tenants' REST trickles")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "system\tburst pacing\tburst msgs\tburst alone msgs/s\twith quiet msgs/s\tratio\tquiet tenant\tidle p50 ms\tidle p99 ms\tburst p50 ms\tburst p99 ms\tdup\torder\tlost\t")
+	for _, r := range rows {
+		pacing := "unpaced"
+		if r.Noisy.BurstSendRate > 0 {
+			pacing = fmt.Sprintf("%d/s", r.Noisy.BurstSendRate)
+		}
+		for i, q := range r.Noisy.Quiet {
+			head := "\t\t\t\t\t"
+			tail := "\t\t"
+			if i == 0 {
+				head = fmt.Sprintf("%s\t%s\t%d\t%.0f\t%.0f\t%s", r.System, pacing, r.Noisy.BurstMessages,
+					r.Noisy.BurstAloneMsgsS, r.Noisy.BurstWithQuietMsgsS, ratio(r.Noisy.BurstWithQuietMsgsS, r.Noisy.BurstAloneMsgsS))
+				tail = fmt.Sprintf("%d\t%d\t%d", r.Duplicates, r.OrderViolations, r.Lost)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t\n", head, q.Tenant, q.Idle.P50, q.Idle.P99, q.Burst.P50, q.Burst.P99, tail)
+		}
+	}
+	tw.Flush()
+}
+
+// noisyTargets checks issue 11's targets for ordo's noisy runs.
+func noisyTargets(results []benchResult, check func(ok bool, what, got string)) {
+	for _, r := range results {
+		if r.Noisy == nil || r.System != "ordo" {
+			continue
+		}
+		mode := "unpaced"
+		if r.Noisy.BurstSendRate > 0 {
+			mode = fmt.Sprintf("paced %d/s", r.Noisy.BurstSendRate)
+		}
+		ok, got := true, ""
+		for _, q := range r.Noisy.Quiet {
+			limit := 2*q.Idle.P99 + 50
+			ok = ok && q.Burst.P99 <= limit && q.Sent[1] > 0
+			got += fmt.Sprintf("%s %.0f ≤ %.0f; ", q.Tenant, q.Burst.P99, limit)
+		}
+		check(ok, "noisy ("+mode+"): quiet p99 during burst ≤ 2 × idle p99 + 50 ms", strings.TrimSuffix(got, "; "))
+		check(r.Noisy.BurstWithQuietMsgsS >= 0.9*r.Noisy.BurstAloneMsgsS,
+			"noisy ("+mode+"): burst with quiet ≥ 0.9 × burst alone", ratio(r.Noisy.BurstWithQuietMsgsS, r.Noisy.BurstAloneMsgsS))
+	}
+}
