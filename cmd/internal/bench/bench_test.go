@@ -1,16 +1,15 @@
 package bench
 
 import (
-	"io"
-
-	"github.com/ordo-dev/ordo/cmd/internal/cli"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ordo-dev/ordo/cmd/internal/cli"
 	"github.com/ordo-dev/ordo/jobs/whatsapp/whatsapptest"
 )
 
