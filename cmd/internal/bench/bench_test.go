@@ -207,10 +207,10 @@ func TestJudgeNoisySplitsBurstAndQuiet(t *testing.T) {
 		burstIDs:  map[string]bool{"n3-0": true, "n3-1": true, "n3-2": true},
 		quietSent: map[string]time.Time{"q3-1-0": start}, quietOwner: map[string]int{"q3-1-0": 1}, quietConv: map[string]string{"q3-1-0": "c9"}}
 	sends := []whatsapptest.Send{
-		{To: "c1", Text: "n3-1", At: start},                                  // out of order
-		{To: "c9", Text: "q3-1-0", At: start.Add(40 * time.Millisecond)},    // the quiet message, 40 ms after its offer
+		{To: "c1", Text: "n3-1", At: start},                              // out of order
+		{To: "c9", Text: "q3-1-0", At: start.Add(40 * time.Millisecond)}, // the quiet message, 40 ms after its offer
 		{To: "c1", Text: "n3-0", At: start.Add(500 * time.Millisecond)},
-		{To: "c1", Text: "n3-0", At: start.Add(600 * time.Millisecond)},     // a duplicate
+		{To: "c1", Text: "n3-0", At: start.Add(600 * time.Millisecond)}, // a duplicate
 		{To: "c2", Text: "n3-2", At: start.Add(time.Second)},
 	}
 	res := benchResult{System: "ordo"}
