@@ -17,7 +17,7 @@ import (
 
 const adminTenantsQuery = `
 SELECT t.slug, t.name, t.handler_url IS NOT NULL, t.on_dead_letter, t.ambiguous, t.max_attempts,
-       t.send_rate, t.pair_gap_ms, t.sending_paused_at, coalesce(t.sending_paused_reason, ''),
+       t.send_rate, t.pair_gap_ms, t.weight, t.max_concurrency, t.sending_paused_at, coalesce(t.sending_paused_reason, ''),
        coalesce((SELECT array_agg(cr.name ORDER BY cr.name) FROM ordo.credentials cr WHERE cr.tenant_id = t.id), '{}'),
        (SELECT count(*) FROM ordo.dead_letters d WHERE d.tenant_id = t.id AND d.resolved_at IS NULL),
        t.created_at
@@ -83,6 +83,10 @@ type AdminTenant struct {
 	// the gap between two sends to one user.
 	SendRate  int `json:"send_rate"`
 	PairGapMS int `json:"pair_gap_ms"`
+	// Weight is the tenant's share of the workers when several tenants
+	// have work; MaxConcurrency caps its drains at once (0: no cap).
+	Weight         int `json:"weight"`
+	MaxConcurrency int `json:"max_concurrency"`
 	// SendingPausedAt is set while Meta refuses the tenant's credential or
 	// account: its messages wait for an operator's ordo tenant resume.
 	SendingPausedAt     *time.Time `json:"sending_paused_at"`

@@ -158,7 +158,8 @@
     fill("tenants", list.map((t) => ({
       cls: t.sending_paused_at ? "halted" : "",
       cells: [el("td", t.slug, "mono"), t.name, sendingCell(t), t.handler_url_set ? "set" : "none", t.on_dead_letter, t.ambiguous, t.max_attempts,
-        t.send_rate ? t.send_rate + "/s" : "unpaced", t.pair_gap_ms ? t.pair_gap_ms + " ms" : "off", (t.credentials || []).join(", ") || "none", t.open_dead_letters],
+        t.send_rate ? t.send_rate + "/s" : "unpaced", t.pair_gap_ms ? t.pair_gap_ms + " ms" : "off",
+        t.weight, t.max_concurrency ? t.max_concurrency : "none", (t.credentials || []).join(", ") || "none", t.open_dead_letters],
     })), "No tenants.");
   }
 
