@@ -5,6 +5,8 @@
 #   make bench   the benchmark      (make bench ARGS="--scenario hot"), cmd/ordo-bench
 #   make chaos   the crash run      (make chaos ARGS="--duration 1m"), cmd/ordo-chaos
 #                driving bin/ordo, which it builds first
+#   make n8n-e2e the n8n templates on a real n8n (installed once into a
+#                cache outside the repo) against a fresh ordo dev
 #   make fuzz    every Fuzz target for FUZZTIME each
 #   make lint    gofmt and go vet
 #   make build   bin/ordo
@@ -18,7 +20,7 @@ FUZZTIME ?= 2m
 # packages (./…), replaces the default ./... .
 TEST ?= $(GO) test -race -count=1 -timeout 12m $(ARGS) $(if $(filter ./% ../% github.com/%,$(ARGS)),,./...)
 
-.PHONY: dev test bench chaos fuzz lint build
+.PHONY: dev test bench chaos n8n-e2e fuzz lint build
 
 dev:
 	$(ORDO) dev $(ARGS)
@@ -33,6 +35,11 @@ bench:
 # The crash run starts the product binary as an operator would.
 chaos: build
 	$(GO) run ./cmd/ordo-chaos --ordo bin/ordo $(ARGS)
+
+# The n8n end-to-end run: a test behind its own build tag, driving bin/ordo
+# (ordo dev, the operator commands) and n8n as processes.
+n8n-e2e: build
+	ORDO_BIN=$(CURDIR)/bin/ordo $(GO) test -tags n8ne2e -count=1 -v -timeout 40m ./cmd/internal/n8ne2e/ $(ARGS)
 
 # Fuzz targets are found by name in the *_test.go files; each runs for
 # FUZZTIME against its own throwaway Postgres (a target may use sqltest).

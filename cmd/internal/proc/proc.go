@@ -24,6 +24,8 @@ type Config struct {
 	// (nil: this process's).
 	Argv []string
 	Env  []string
+	// Dir is the working directory (empty: this process's).
+	Dir string
 	// LogPath receives the process's stderr, and its stdout unless Stdout is
 	// set; each incarnation is appended, between "=== name start/exited"
 	// lines.
@@ -78,6 +80,7 @@ func (p *Proc) Start() error {
 	}
 	fmt.Fprintf(f, "=== %s start #%d at %s\n", p.cfg.Name, p.starts+1, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(p.cfg.Argv[0], p.cfg.Argv[1:]...)
+	cmd.Dir = p.cfg.Dir
 	cmd.Env = p.cfg.Env
 	cmd.Stdout, cmd.Stderr = f, f
 	var stdout io.ReadCloser

@@ -1,0 +1,288 @@
+//go:build n8ne2e
+
+package n8ne2e
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ordo-dev/ordo/web/n8n"
+)
+
+func hmacHex(secret string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write(body)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// handlerHeader is the Header Auth n8n checks on ordo's calls.
+const handlerHeader = "X-N8N-Key"
+
+// e2eTenant is one tenant of the run and the workflows it uses.
+type e2eTenant struct {
+	slug, mode string
+	n          int
+	templates  []string
+	handler    string // the template its handler_url points at
+	authValue  string // what n8n's credential expects
+	sentValue  string // what ordo is given to send (wrong for badauth)
+	events     bool
+	key        string
+}
+
+// TestN8N runs the shipped templates on a real n8n against a fresh ordo dev.
+func TestN8N(t *testing.T) {
+	bin, err := filepath.Abs(os.Getenv("ORDO_BIN"))
+	if os.Getenv("ORDO_BIN") == "" || err != nil {
+		t.Fatal("ORDO_BIN must name the ordo binary (make n8n-e2e builds bin/ordo)")
+	}
+	n8nBin := ensureN8N(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	start := time.Now()
+	step := func(format string, args ...any) {
+		t.Logf("[%5.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+
+	// Where the events workflow posts its alerts.
+	var (
+		alertsMu sync.Mutex
+		alerts   []map[string]any
+	)
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var a map[string]any
+		body, _ := io.ReadAll(r.Body)
+		if json.Unmarshal(body, &a) == nil {
+			alertsMu.Lock()
+			alerts = append(alerts, a)
+			alertsMu.Unlock()
+		}
+	}))
+	defer sink.Close()
+	alertTypes := func() []string {
+		alertsMu.Lock()
+		defer alertsMu.Unlock()
+		var ts []string
+		for _, a := range alerts {
+			ts = append(ts, fmt.Sprint(a["type"]))
+		}
+		return ts
+	}
+
+	n8nHome := filepath.Join(dir, "n8n")
+	nn := newN8N(t, n8nBin, n8nHome)
+	defer nn.stop()
+	// The async tenant's calls pass through a counter: the workflow must
+	// run once per message however long its AI step takes.
+	var asyncCalls atomic.Int64
+	n8nURL, _ := url.Parse(nn.url())
+	proxy := httputil.NewSingleHostReverseProxy(n8nURL)
+	counter := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asyncCalls.Add(1)
+		proxy.ServeHTTP(w, r)
+	}))
+	defer counter.Close()
+
+	o := startOrdoDev(t, bin, dir)
+	step("ordo dev up at %s", o.base)
+
+	ts := []*e2eTenant{
+		{slug: "e2e-sync", mode: "sync", templates: []string{"sync-handler", "events", "send-from-flow"}, handler: "sync-handler", events: true},
+		{slug: "e2e-async", mode: "async", templates: []string{"async-handler"}, handler: "async-handler"},
+		{slug: "e2e-immediate", mode: "sync", templates: []string{"async-handler"}, handler: "async-handler"},
+		{slug: "e2e-badauth", mode: "sync", templates: []string{"sync-handler"}, handler: "sync-handler"},
+	}
+	var creds []map[string]any
+	var workflows []json.RawMessage
+	for i, tn := range ts {
+		tn.n = i + 1
+		tn.authValue = "n8n-secret-" + tn.slug
+		tn.sentValue = tn.authValue
+		if tn.slug == "e2e-badauth" {
+			tn.sentValue = "a-wrong-secret"
+		}
+		tn.key = o.createTenant(tn.slug, tn.n)
+		hook := nn.url()
+		if tn.slug == "e2e-async" {
+			hook = counter.URL
+		}
+		o.cli("", "tenant", "update", "--slug", tn.slug, "--handler-mode", tn.mode,
+			"--handler-url", hook+"/webhook/"+n8n.WebhookPath(tn.handler, tn.slug))
+		auth, _ := json.Marshal(map[string]string{"header": handlerHeader, "value": tn.sentValue})
+		o.cli(string(auth), "credential", "set", "--tenant", tn.slug, "--name", "handler_auth", "--from-file", "-")
+		if tn.events {
+			o.cli("", "tenant", "update", "--slug", tn.slug, "--events-url", nn.url()+"/webhook/"+n8n.WebhookPath("events", tn.slug))
+		}
+		hID, aID := n8n.CredentialIDs(tn.slug)
+		creds = append(creds,
+			map[string]any{"id": hID, "name": "ordo handler auth (" + tn.slug + ")", "type": "httpHeaderAuth",
+				"data": map[string]string{"name": handlerHeader, "value": tn.authValue}},
+			map[string]any{"id": aID, "name": "ordo API key (" + tn.slug + ")", "type": "httpHeaderAuth",
+				"data": map[string]string{"name": "Authorization", "value": "Bearer " + tn.key}})
+		for _, name := range tn.templates {
+			wf, err := n8n.Render(name, n8n.Vars{Tenant: tn.slug, OrdoURL: o.base, NotifyURL: sink.URL})
+			must(t, err, "render %s", name)
+			workflows = append(workflows, wf)
+		}
+	}
+	// As a user would: the credentials, then the workflows, imported
+	// before n8n starts, and switched on.
+	writeJSON(t, filepath.Join(dir, "credentials.json"), creds)
+	writeJSON(t, filepath.Join(dir, "workflows.json"), workflows)
+	nn.cli("import:credentials", "--input="+filepath.Join(dir, "credentials.json"))
+	nn.cli("import:workflow", "--input="+filepath.Join(dir, "workflows.json"))
+	nn.cli("update:workflow", "--all", "--active=true")
+	nn.start(n8n.WebhookPath("sync-handler", "e2e-sync"))
+	step("n8n %s up at %s with %d workflows", N8NVersion, nn.url(), len(workflows))
+
+	sync_, async_, immediate, badauth := ts[0], ts[1], ts[2], ts[3]
+
+	// 1. Concurrent conversations, each message posted twice: replies
+	// once, in order.
+	var wg sync.WaitGroup
+	want := map[string][]string{}
+	for c := range 4 {
+		conv := fmt.Sprintf("1555000%04d", c)
+		for m := range 3 {
+			id := fmt.Sprintf("wamid.in-%d-%d", c, m)
+			want[conv] = append(want[conv], "You said: hello "+id, "Reply 2 to "+id)
+		}
+		wg.Go(func() {
+			for m := range 3 {
+				id := fmt.Sprintf("wamid.in-%d-%d", c, m)
+				o.inbound(ctx, sync_.key, conv, id, "hello "+id)
+				o.inbound(ctx, sync_.key, conv, id, "hello "+id) // a redelivery
+			}
+		})
+	}
+	wg.Wait()
+	for conv, w := range want {
+		must(t, waitFor(ctx, 2*time.Minute, func() (bool, string) {
+			got := texts(o.sends(ctx, conv))
+			return len(got) >= len(w), fmt.Sprint(got)
+		}), "sync replies to %s", conv)
+		time.Sleep(time.Second) // a duplicate would land meanwhile
+		if got := texts(o.sends(ctx, conv)); !slices.Equal(got, w) {
+			t.Errorf("sync: %s got %q, want %q (once each, in order)", conv, got, w)
+		}
+	}
+	step("sync: 4 conversations × 3 messages, each posted twice: every reply once, in order")
+
+	// 2. Async: a 25 s AI step runs once and its replies go out; the
+	// conversation's next message waits for them.
+	aconv := "15550009001"
+	o.inbound(ctx, async_.key, aconv, "wamid.ai-1", "first question")
+	o.inbound(ctx, async_.key, aconv, "wamid.ai-2", "second question")
+	wantAsync := []string{"After thinking about: first question", "After thinking about: second question"}
+	must(t, waitFor(ctx, 3*time.Minute, func() (bool, string) {
+		got := texts(o.sends(ctx, aconv))
+		return len(got) >= 2, fmt.Sprint(got)
+	}), "async replies")
+	time.Sleep(2 * time.Second)
+	if got := texts(o.sends(ctx, aconv)); !slices.Equal(got, wantAsync) {
+		t.Errorf("async: got %q, want %q", got, wantAsync)
+	}
+	if n := asyncCalls.Load(); n != 2 {
+		t.Errorf("async: the workflow was called %d times for 2 messages, want 2", n)
+	}
+	step("async: 2 messages, 25 s AI step each: %d workflow runs, replies in order", asyncCalls.Load())
+
+	// 3. Misconfigurations give an actionable dead letter, never a silent
+	// done: "Respond: Immediately" in sync mode, a failing node, a wrong
+	// Header Auth secret.
+	deadFor := func(tn *e2eTenant, conv, id, text, mustSay string) {
+		t.Helper()
+		o.inbound(ctx, tn.key, conv, id, text)
+		var dl []deadLetter
+		must(t, waitFor(ctx, 2*time.Minute, func() (bool, string) {
+			dl = o.deadLetters(ctx, tn.key, conv)
+			return len(dl) > 0, "no dead letter"
+		}), "%s: dead letter for %s", tn.slug, id)
+		if !strings.Contains(strings.ToLower(dl[0].Reason), strings.ToLower(mustSay)) {
+			t.Errorf("%s: dead letter reason %q does not say %q", tn.slug, dl[0].Reason, mustSay)
+		}
+		if s := o.sends(ctx, conv); len(s) != 0 {
+			t.Errorf("%s: %d sends for a dead-lettered message", tn.slug, len(s))
+		}
+		step("%s: dead letter: %s", tn.slug, dl[0].Reason)
+	}
+	deadFor(immediate, "15550009101", "wamid.imm-1", "hello", "Respond")
+	deadFor(sync_, "15550009102", "wamid.fail-1", "please [fail]", "n8n")
+	deadFor(badauth, "15550009103", "wamid.auth-1", "hello", "403")
+
+	// 4. n8n restarting mid-run loses and halts nothing.
+	rconv := "15550009201"
+	nn.stop()
+	step("n8n stopped")
+	var wantR []string
+	for m := range 3 {
+		id := fmt.Sprintf("wamid.restart-%d", m)
+		o.inbound(ctx, sync_.key, rconv, id, "during restart "+id)
+		wantR = append(wantR, "You said: during restart "+id, "Reply 2 to "+id)
+	}
+	time.Sleep(5 * time.Second)
+	nn.start(n8n.WebhookPath("sync-handler", "e2e-sync"))
+	step("n8n started again")
+	must(t, waitFor(ctx, 4*time.Minute, func() (bool, string) {
+		got := texts(o.sends(ctx, rconv))
+		return len(got) >= len(wantR), fmt.Sprint(got)
+	}), "replies after the restart")
+	if got := texts(o.sends(ctx, rconv)); !slices.Equal(got, wantR) {
+		t.Errorf("restart: got %q, want %q", got, wantR)
+	}
+	if dl := o.deadLetters(ctx, sync_.key, rconv); len(dl) > 0 || o.conversationStatus(ctx, sync_.key, rconv) != "active" {
+		t.Errorf("restart: %d dead letters, conversation %s", len(dl), o.conversationStatus(ctx, sync_.key, rconv))
+	}
+	step("restart: 3 messages posted while n8n was down all answered in order, nothing halted")
+
+	// 5. Events: the events workflow hears a delivery and the dead letter.
+	first := o.sends(ctx, "15550000000")[0]
+	o.statusWebhook(ctx, sync_.slug, first, "delivered")
+	must(t, waitFor(ctx, 2*time.Minute, func() (bool, string) {
+		got := alertTypes()
+		return slices.Contains(got, "message.delivered") && slices.Contains(got, "message.dead_lettered"), fmt.Sprint(got)
+	}), "events through n8n")
+	step("events: n8n's events workflow received %v", alertTypes())
+
+	// 6. Sending from a flow: the same order posted twice is one message.
+	for range 2 {
+		resp, err := http.Post(nn.url()+"/webhook/"+n8n.WebhookPath("send-from-flow", sync_.slug), "application/json",
+			strings.NewReader(`{"order_id":"A-1001","phone":"15550009301"}`))
+		must(t, err, "trigger the send flow")
+		resp.Body.Close()
+	}
+	must(t, waitFor(ctx, time.Minute, func() (bool, string) {
+		got := texts(o.sends(ctx, "15550009301"))
+		return len(got) >= 1, fmt.Sprint(got)
+	}), "send from a flow")
+	time.Sleep(2 * time.Second)
+	if got := texts(o.sends(ctx, "15550009301")); !slices.Equal(got, []string{"Order A-1001 is confirmed"}) {
+		t.Errorf("send from a flow, triggered twice: got %q, want the confirmation once", got)
+	}
+	step("send from a flow: triggered twice, sent once")
+}
+
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := json.MarshalIndent(v, "", "  ")
+	must(t, err, "encode %s", path)
+	must(t, os.WriteFile(path, b, 0o600), "write %s", path)
+}
