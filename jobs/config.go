@@ -21,6 +21,7 @@ const (
 	LeaseDefault             = 30 * time.Second
 	MaxMessagesPerRunDefault = 100
 	MaxRunTimeDefault        = 5 * time.Second
+	TurnSliceDefault         = 100 * time.Millisecond
 	RetryBaseDefault         = time.Second
 	RetryMaxDefault          = 5 * time.Minute
 	DrainErrorDelayDefault   = time.Second
@@ -64,6 +65,14 @@ type Config struct {
 	// MaxMessagesPerRunDefault, MaxRunTimeDefault.
 	MaxMessagesPerRun int
 	MaxRunTime        time.Duration
+	// TurnSlice is how long a drain runs before it hands its worker to a
+	// tenant that is waiting for one (a conversation of another tenant
+	// became due while every worker was busy): after its message in flight,
+	// the drain requeues its conversation and its worker claims for the
+	// waiting tenant. A burst's long conversations thus delay another
+	// tenant by about one slice, not by a whole conversation. Default
+	// TurnSliceDefault.
+	TurnSlice time.Duration
 	// RetryBase and RetryMax shape a failing step's exponential backoff
 	// (with jitter; a provider's Retry-After wins). Defaults RetryBaseDefault,
 	// RetryMaxDefault.
@@ -143,6 +152,7 @@ func (c Config) WithDefaults() Config {
 	c.Lease = cmp.Or(c.Lease, LeaseDefault)
 	c.StopTimeout = cmp.Or(c.StopTimeout, max(c.HandlerTimeout, c.SendTimeout)+StopGraceExtra)
 	c.MaxRunTime = cmp.Or(c.MaxRunTime, MaxRunTimeDefault)
+	c.TurnSlice = cmp.Or(c.TurnSlice, TurnSliceDefault)
 	c.RetryBase = cmp.Or(c.RetryBase, RetryBaseDefault)
 	c.RetryMax = cmp.Or(c.RetryMax, RetryMaxDefault)
 	c.DrainErrorDelay = cmp.Or(c.DrainErrorDelay, DrainErrorDelayDefault)

@@ -30,6 +30,16 @@ type Drainer struct {
 	stopping atomic.Bool
 	hooks    hooks
 	creds    credentialCache
+	// turns, when set, says whether a tenant other than the drain's is
+	// waiting for a worker (waiting) and hands the drain's worker to it
+	// (handOff); the runner's scheduler.
+	turns turnKeeper
+}
+
+// turnKeeper is what a drain asks the scheduler at a message boundary.
+type turnKeeper interface {
+	waiting(tenant int64) bool
+	handOff(tenant int64) bool
 }
 
 // hooks let tests force interleavings; nil in production.
@@ -99,8 +109,19 @@ func (d *Drainer) drain(ctx context.Context, s *session, st convState, runner st
 	within := func(n int) bool {
 		return n < d.cfg.MaxMessagesPerRun && time.Since(started) <= d.cfg.MaxRunTime && !d.stopping.Load()
 	}
+	// sliceOver: the run had its turn and another tenant waits for a
+	// worker; with handOff, this run's worker is promised to it.
+	sliceOver := func(handOff bool) bool {
+		if d.turns == nil || time.Since(started) < d.cfg.TurnSlice {
+			return false
+		}
+		if handOff {
+			return d.turns.handOff(st.tenant.ID)
+		}
+		return d.turns.waiting(st.tenant.ID)
+	}
 	for n := 0; ; n++ {
-		if !within(n) && !r.prefetched { // a prefetched message may have started: it goes on
+		if !r.prefetched && (!within(n) || n > 0 && sliceOver(true)) { // a prefetched message may have started: it goes on
 			return ended{park: true}, nil // yield the worker; due again now, behind its tenant's others
 		}
 		if n > 0 && !r.prefetched {
@@ -125,7 +146,7 @@ func (d *Drainer) drain(ctx context.Context, s *session, st convState, runner st
 		}
 		// The message's last write reads (and may start) the next one when
 		// this run will go on to it.
-		r.prefetch = within(n + 1)
+		r.prefetch = within(n+1) && !sliceOver(false)
 		out, err := r.message(ctx, m, steps)
 		if err != nil {
 			return ended{}, r.stop(err)

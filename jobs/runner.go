@@ -93,6 +93,7 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		interval:   cfg.PruneInterval,
 		topUp:      make(chan struct{}, 1),
 	}
+	r.drainer.turns = r.sched
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &runnerWorker{r: r}); err != nil {
 		return nil, err

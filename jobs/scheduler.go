@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -36,6 +37,14 @@ import (
 //   - Runners with nothing to claim wait for a notification (ordo_ready: a
 //     conversation became due), the earliest known due time, or
 //     Config.FetchPollInterval, whichever comes first.
+//   - Turns are short when someone waits: the notification names the
+//     tenant whose conversation became due. While such a tenant has not
+//     been picked since, a drain of another tenant that ran for
+//     Config.TurnSlice stops at its next message boundary, requeues its
+//     conversation, and its runner claims for the waiting tenant first
+//     (handOff). A burst of long conversations thus delays a quiet tenant
+//     by about a slice and a message, not a whole conversation; with no one
+//     waiting, drains run their conversations to the end.
 
 // ActiveTenantsQuery lists each tenant with a conversation in the ready set
 // and its earliest due time: a loose index scan of ready_tenant_due_idx, one
@@ -77,10 +86,67 @@ type scheduler struct {
 	refreshed time.Time
 	nextDue   time.Time     // the earliest due time of a tenant not due at the last refresh
 	wake      chan struct{} // closed (and replaced) to wake waiting runners
+
+	// dueAt is when each tenant last had a conversation become due (the
+	// ordo_ready payload), pickedAt when a runner last picked it: a tenant
+	// due since it was last picked is waiting for a worker. handed are the
+	// tenants drains stopped their turn for, picked before the round.
+	dueAt    map[int64]time.Time
+	pickedAt map[int64]time.Time
+	handed   []int64
+	// known is each tenant's weight and cap as the last refresh that saw
+	// it read them: a handed tenant is claimed with its own cap.
+	known map[int64]turn
 }
 
 func newScheduler(pool *pgxpool.Pool, poll, refreshMin time.Duration, logger *slog.Logger) *scheduler {
-	return &scheduler{pool: pool, poll: poll, refreshMin: refreshMin, logger: logger, wake: make(chan struct{}), stale: true}
+	return &scheduler{pool: pool, poll: poll, refreshMin: refreshMin, logger: logger, wake: make(chan struct{}), stale: true,
+		dueAt: map[int64]time.Time{}, pickedAt: map[int64]time.Time{}, known: map[int64]turn{}}
+}
+
+// noteDue records that a conversation of tenant became due (0: unknown)
+// and wakes the runners.
+func (s *scheduler) noteDue(tenant int64) {
+	if tenant > 0 {
+		s.mu.Lock()
+		s.dueAt[tenant] = time.Now()
+		s.mu.Unlock()
+	}
+	s.kick()
+}
+
+// waitingOther returns a tenant other than mine that is waiting for a
+// worker. Called with mu held.
+func (s *scheduler) waitingOther(mine int64) (int64, bool) {
+	for t, at := range s.dueAt {
+		if t != mine && at.After(s.pickedAt[t]) {
+			return t, true
+		}
+	}
+	return 0, false
+}
+
+// waiting says whether a tenant other than mine waits for a worker.
+func (s *scheduler) waiting(mine int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.waitingOther(mine)
+	return ok
+}
+
+// handOff promises the calling drain's worker to a tenant other than mine
+// that waits for one, if any: that tenant counts as picked (no other drain
+// stops for it) and is the next pick.
+func (s *scheduler) handOff(mine int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.waitingOther(mine)
+	if !ok {
+		return false
+	}
+	s.pickedAt[t] = time.Now()
+	s.handed = append(s.handed, t)
+	return true
 }
 
 // kick wakes every waiting runner and makes the next pick re-read the
@@ -99,6 +165,22 @@ func (s *scheduler) pick(ctx context.Context) (turn, bool, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	wake := s.wake
+	for len(s.handed) > 0 {
+		id := s.handed[0]
+		t, ok := s.known[id]
+		if !ok {
+			// Not seen by a refresh yet: read its weight and cap first.
+			s.stale = true
+			if err := s.newRound(ctx); err != nil {
+				break
+			}
+			t, ok = s.known[id]
+		}
+		s.handed = s.handed[1:]
+		if ok {
+			return t, true, wake
+		}
+	}
 	if s.pos >= len(s.round) {
 		if err := s.newRound(ctx); err != nil {
 			if ctx.Err() == nil {
@@ -111,6 +193,7 @@ func (s *scheduler) pick(ctx context.Context) (turn, bool, <-chan struct{}) {
 		}
 	}
 	t := s.round[s.pos]
+	s.pickedAt[t.tenant] = time.Now()
 	s.left--
 	if s.left <= 0 {
 		s.advance()
@@ -164,6 +247,7 @@ func (s *scheduler) newRound(ctx context.Context) error {
 		dueIn float64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&t.tenant, &dueIn, &t.weight, &t.cap}, func() error {
+		s.known[t.tenant] = t
 		if dueIn <= 0 {
 			round = append(round, t)
 		} else if at := now.Add(time.Duration(dueIn * float64(time.Millisecond))); at.Before(next) {
@@ -226,9 +310,11 @@ func (s *scheduler) listenOnce(ctx context.Context) error {
 	}
 	s.kick() // anything that became due before LISTEN took effect
 	for {
-		if _, err := c.WaitForNotification(ctx); err != nil {
+		n, err := c.WaitForNotification(ctx)
+		if err != nil {
 			return err
 		}
-		s.kick()
+		tenant, _ := strconv.ParseInt(n.Payload, 10, 64)
+		s.noteDue(tenant)
 	}
 }

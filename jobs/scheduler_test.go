@@ -72,6 +72,51 @@ func TestQuietTenantIsNotQueuedBehindAnotherTenantsBurst(t *testing.T) {
 	}
 }
 
+// A burst of long conversations does not hold a quiet tenant for a whole
+// conversation: a drain that had its turn (Config.TurnSlice) hands its
+// worker to the waiting tenant at its next message boundary. Without that,
+// the quiet message waits for a 150-message conversation to end.
+func TestQuietTenantWaitsASliceNotAConversation(t *testing.T) {
+	t.Parallel()
+	const workers = 2
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true, Config: jobs.Config{Workers: workers, MaxMessagesPerRun: 1000, MaxRunTime: time.Minute}})
+	slowProvider(b, 20*time.Millisecond)
+	b.AddTenant("noisy", "2000001", tenants.UpdateParams{SendRate: ptr(0)})
+	b.AddTenant("quiet", "3000001", tenants.UpdateParams{SendRate: ptr(0)})
+	for c := range workers {
+		for m := range 150 {
+			conv, id := fmt.Sprintf("n%d", c), fmt.Sprintf("n%d-%03d", c, m)
+			b.IngestFor("noisy", conv, id, id)
+		}
+	}
+	b.Start()
+	b.WaitFor("the burst to be under way", 20*time.Second, func() bool { return len(b.WhatsApp.Sends()) >= 20 })
+	at := len(b.WhatsApp.Sends())
+	b.IngestFor("quiet", "q1", "q1-1", "quiet one")
+	b.WaitFor("the quiet tenant's message", 30*time.Second, func() bool {
+		_, ok := sendsBefore(b.WhatsApp.Sends(), "2000001", "q1")
+		return ok
+	})
+	n, _ := sendsBefore(b.WhatsApp.Sends(), "2000001", "q1")
+	// A slice is 100 ms, about 5 sends of 20 ms per worker, plus the
+	// message in flight and the one started with it.
+	if waited := n - at; waited > 12*workers {
+		t.Fatalf("%d of the burst's sends went out between the quiet tenant's accept and its send; want at most %d (a slice per worker)", waited, 12*workers)
+	}
+	// The handed-off conversations went on later, in order, once each.
+	b.WaitFor("the burst", time.Minute, func() bool { return len(b.WhatsApp.Sends()) >= workers*150+1 })
+	last := map[string]string{}
+	for _, s := range b.WhatsApp.Sends() {
+		if s.To == "q1" {
+			continue
+		}
+		if s.Text <= last[s.To] {
+			t.Fatalf("%s: %q sent after %q", s.To, s.Text, last[s.To])
+		}
+		last[s.To] = s.Text
+	}
+}
+
 // Weights share the workers: a tenant of weight 3 gets three claims to a
 // weight-1 tenant's one while both have work.
 func TestTenantWeightsShareTheWorkers(t *testing.T) {

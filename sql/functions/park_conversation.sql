@@ -10,21 +10,22 @@ CREATE OR REPLACE FUNCTION ordo.park_conversation(p_conv bigint, p_fence bigint,
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_due timestamptz;
+    v_due    timestamptz;
+    v_tenant bigint;
 BEGIN
     PERFORM ordo.check_fence(p_conv, p_fence);
     UPDATE ordo.ready r SET due_at = CASE WHEN r.woken THEN now() ELSE clock_timestamp() + p_delay END,
                             running = false, woken = false
     WHERE r.conversation_pk = p_conv
-    RETURNING r.due_at INTO v_due;
+    RETURNING r.due_at, r.tenant_id INTO v_due, v_tenant;
     IF NOT FOUND THEN
         -- Only an operator's hand removes a running drain's row; put it back.
         INSERT INTO ordo.ready (conversation_pk, tenant_id, due_at)
         SELECT c.id, c.tenant_id, clock_timestamp() + p_delay FROM ordo.conversations c WHERE c.id = p_conv
-        RETURNING due_at INTO v_due;
+        RETURNING due_at, tenant_id INTO v_due, v_tenant;
     END IF;
     IF v_due <= clock_timestamp() THEN
-        PERFORM pg_notify('ordo_ready', '');
+        PERFORM pg_notify('ordo_ready', v_tenant::text);
     END IF;
     PERFORM pg_advisory_unlock(p_lock, (p_conv % 2147483647)::int), set_config('idle_session_timeout', '0', false);
     RETURN true;

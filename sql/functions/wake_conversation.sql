@@ -11,15 +11,18 @@
 -- (sql/LOCKING.md).
 CREATE OR REPLACE FUNCTION ordo.wake_conversation(p_conv bigint) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_tenant bigint;
 BEGIN
     PERFORM 1 FROM ordo.conversations c WHERE c.id = p_conv FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RETURN;
     END IF;
     UPDATE ordo.ready r SET woken = r.running, due_at = CASE WHEN r.running THEN r.due_at ELSE least(r.due_at, now()) END
-    WHERE r.conversation_pk = p_conv;
+    WHERE r.conversation_pk = p_conv
+    RETURNING r.tenant_id INTO v_tenant;
     IF FOUND THEN
-        PERFORM pg_notify('ordo_ready', '');
+        PERFORM pg_notify('ordo_ready', v_tenant::text);
         RETURN;
     END IF;
     PERFORM ordo.ensure_drain(p_conv);
