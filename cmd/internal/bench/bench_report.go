@@ -241,9 +241,7 @@ func printBenchTable(w io.Writer, results []benchResult) {
 	printNoisy(w, results)
 	printClaim(w, results)
 
-	fmt.Fprintln(w, "\nthroughput ratios")
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tordo / river-plain\tordo / redis-lock\tordo / sql-floor\t")
+	var rows []string
 	for _, sc := range benchScenarios {
 		o, ok := find(results, sc, "ordo")
 		if !ok {
@@ -258,8 +256,17 @@ func printBenchTable(w io.Writer, results []benchResult) {
 			cells = append(cells, cell)
 		}
 		if any {
-			fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+			rows = append(rows, strings.Join(cells, "\t")+"\t")
 		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nthroughput ratios")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tordo / river-plain\tordo / redis-lock\tordo / sql-floor\t")
+	for _, r := range rows {
+		fmt.Fprintln(tw, r)
 	}
 	tw.Flush()
 }
