@@ -122,11 +122,15 @@ func chaosJudge(in chaosInput) *Report {
 			rep.offered, webhooks, rep.copies, rep.retries, rep.accepted, l.unanswered, len(l.rejected)), l.rejected...)
 
 	// 2. Accepted once: at most one 202 per message, and every answer the
-	// original's.
+	// original's — but for its seq in a conversation where the operator
+	// replayed a dead letter: a replayed message goes to the end, and a
+	// repeat after that is answered with its seq now.
 	var twice []string
 	for _, m := range accepted {
-		if m.created > 1 || m.mismatch > 0 {
-			twice = append(twice, fmt.Sprintf("%.80q: %d answers, %d of them 202, %d disagreeing with the first", m.id, m.answers, m.created, m.mismatch))
+		reseq := m.reseq > 0 && in.replays[chaosConvKey{m.tenant, m.conv}] == 0
+		if m.created > 1 || m.mismatch > 0 || reseq {
+			twice = append(twice, fmt.Sprintf("%.80q: %d answers, %d of them 202, %d disagreeing with the first, %d with another seq",
+				m.id, m.answers, m.created, m.mismatch, m.reseq))
 		}
 	}
 	rep.add("accepted once", len(twice) == 0, fmt.Sprintf("%d messages with more than one acceptance or a differing answer", len(twice)), twice...)

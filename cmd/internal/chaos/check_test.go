@@ -128,6 +128,16 @@ func TestChaosJudge(t *testing.T) {
 			m := in.ledger.msgs[0]
 			in.ledger.answer(m, 200, chaosAnswer{ID: m.id, MessageID: m.id, ConversationID: m.conv, Seq: 9, Duplicate: true})
 		}, "accepted once"},
+		{"a repeat after an operator's replay answered with the replayed seq", func(in *chaosInput) {
+			m := in.ledger.msgs[0]
+			in.ledger.answer(m, 200, chaosAnswer{ID: m.id, MessageID: m.id, ConversationID: m.conv, Seq: 9, Duplicate: true})
+			in.replays = map[chaosConvKey]int{{0, "c"}: 1}
+		}, ""},
+		{"a repeat answered with another message's id", func(in *chaosInput) {
+			m := in.ledger.msgs[0]
+			in.ledger.answer(m, 200, chaosAnswer{ID: "other", MessageID: m.id, ConversationID: m.conv, Seq: m.seq, Duplicate: true})
+			in.replays = map[chaosConvKey]int{{0, "c"}: 1}
+		}, "accepted once"},
 		{"a seq skipped", func(in *chaosInput) { in.ledger.msgs[3].seq = 5 }, "seq is the clients' order, without gaps"},
 		{"a seq taken by an operator's replay", func(in *chaosInput) {
 			in.ledger.msgs[3].seq = 5

@@ -30,7 +30,8 @@ type chaosMsg struct {
 	ordoID   string
 	created  int // 202 answers: at most one, or the message was accepted twice
 	answers  int
-	mismatch int // answers that disagree with the first on id, seq or conversation
+	mismatch int // answers that disagree with the first on id or conversation
+	reseq    int // answers with another seq than the first's
 }
 
 // permanent reports whether the provider fails this message's send for good.
@@ -166,8 +167,11 @@ func (l *chaosLedger) answer(m *chaosMsg, status int, a chaosAnswer) {
 		l.order[k] = append(l.order[k], m)
 		return
 	}
-	if a.Seq != m.seq || a.ID != m.ordoID {
+	switch {
+	case a.ID != m.ordoID:
 		m.mismatch++
+	case a.Seq != m.seq:
+		m.reseq++ // an operator's replay moves a message to its conversation's end
 	}
 }
 
