@@ -73,8 +73,10 @@ type hostileFlood struct {
 	idle   int64         // kB
 	cpu    time.Duration // the API process's CPU time used when the flood began
 	ownCPU time.Duration // the harness's, likewise
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// cpuBefore is the API process's share of a core in the second before.
+	cpuBefore float64
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 
 	mu       sync.Mutex
 	peak     int64 // kB
@@ -96,6 +98,8 @@ func (f *hostileFlood) exclusive() {}
 func (f *hostileFlood) Inject(ctx context.Context, r *run) bool {
 	f.pid = r.api.Pid()
 	var before []int64
+	cpu0, err0 := readCPU(f.pid)
+	t0 := time.Now()
 	for range 10 {
 		if kb, err := readRSS(f.pid); err == nil {
 			before = append(before, kb)
@@ -108,6 +112,9 @@ func (f *hostileFlood) Inject(ctx context.Context, r *run) bool {
 	}
 	slices.Sort(before)
 	f.idle = before[len(before)/2]
+	if cpu1, err := readCPU(f.pid); err == nil && err0 == nil {
+		f.cpuBefore = float64(cpu1-cpu0) / float64(time.Since(t0))
+	}
 	f.peak, f.pids, f.outcomes = f.idle, map[int]bool{f.pid: true}, map[string]int{}
 	floodCtx, cancel := context.WithCancel(ctx)
 	f.cancel = cancel
@@ -239,6 +246,7 @@ func (f *hostileFlood) Recover(_ context.Context, r *run) {
 	}
 	rec.load = loadAverage()
 	rec.lag = f.lag
+	rec.apiCPUBefore = f.cpuBefore
 	r.recordHostile(rec)
 	r.log.printf("hostile flood over: %s", rec.describe())
 }
@@ -256,6 +264,7 @@ type hostileRecord struct {
 	restBefore, webhookBefore []time.Duration
 	apiCPU                    time.Duration // CPU time the API process used during the flood
 	ownCPU                    time.Duration // and the harness (its clients, the flood's senders)
+	apiCPUBefore              float64       // the API process's cores in the second before
 	load                      string        // the machine's load average at the end
 	lag                       time.Duration // the harness's longest oversleep of a 10ms timer
 }
@@ -272,8 +281,8 @@ func (h hostileRecord) describe() string {
 	}
 	sort.Strings(outs)
 	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
-	return fmt.Sprintf("%.1fs; API RSS %d MB before, peak %d MB (%+d MB), CPU used: API %.2f cores, harness %.2f cores (its timers up to %s late), load average %s; real traffic meanwhile: %d REST p99 %s (max %s), %d signed webhooks p99 %s (max %s); just before it: %d REST p99 %s, %d signed webhooks p99 %s; %d flood requests answered %s",
-		h.to.Sub(h.from).Seconds(), h.idleKB>>10, h.peakKB>>10, h.growth()>>20, h.apiCPU.Seconds()/h.to.Sub(h.from).Seconds(), h.ownCPU.Seconds()/h.to.Sub(h.from).Seconds(), ms(h.lag), h.load,
+	return fmt.Sprintf("%.1fs; API RSS %d MB before, peak %d MB (%+d MB), CPU used: API %.2f cores (%.2f just before), harness %.2f cores (its timers up to %s late), load average %s; real traffic meanwhile: %d REST p99 %s (max %s), %d signed webhooks p99 %s (max %s); just before it: %d REST p99 %s, %d signed webhooks p99 %s; %d flood requests answered %s",
+		h.to.Sub(h.from).Seconds(), h.idleKB>>10, h.peakKB>>10, h.growth()>>20, h.apiCPU.Seconds()/h.to.Sub(h.from).Seconds(), h.apiCPUBefore, h.ownCPU.Seconds()/h.to.Sub(h.from).Seconds(), ms(h.lag), h.load,
 		len(h.rest), ms(p99(h.rest)), ms(slices.Max(append([]time.Duration{0}, h.rest...))),
 		len(h.webhook), ms(p99(h.webhook)), ms(slices.Max(append([]time.Duration{0}, h.webhook...))),
 		len(h.restBefore), ms(p99(h.restBefore)), len(h.webhookBefore), ms(p99(h.webhookBefore)),
