@@ -1,7 +1,9 @@
 # make targets are ordo's developer interface (see /work/shared/STYLE.md):
 #   make dev     everything on one machine, Postgres included
 #   make test    every package's tests against a throwaway Postgres
-#                (make test ARGS="-run TestX ./engine/..." narrows it)
+#                (make test ARGS="-run TestX ./engine/..." narrows it;
+#                a full make test, ARGS empty, then fuzzes every Fuzz
+#                target for FUZZBRIEF each)
 #   make bench   the benchmark      (make bench ARGS="--scenario hot"), cmd/ordo-bench
 #   make chaos   the crash run      (make chaos ARGS="--duration 1m"), cmd/ordo-chaos
 #                driving bin/ordo, which it builds first
@@ -15,6 +17,10 @@ GO       ?= go
 ORDO     ?= $(GO) run ./cmd/ordo
 ARGS     ?=
 FUZZTIME ?= 2m
+# FUZZBRIEF is each Fuzz target's share of a full make test.
+FUZZBRIEF ?= 2s
+# FUZZFLAGS go to each fuzzing go test: one worker, as the machine is shared.
+FUZZFLAGS ?= -parallel=1
 
 # TEST is the whole test command; ARGS adds flags and, when it names
 # packages (./…), replaces the default ./... .
@@ -27,6 +33,9 @@ dev:
 
 test:
 	$(ORDO) testenv -- $(TEST)
+ifeq ($(strip $(ARGS)),)
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZBRIEF)
+endif
 
 # The harnesses are binaries of their own: the product links none of them.
 bench:
@@ -41,16 +50,17 @@ chaos: build
 n8n-e2e: build
 	ORDO_BIN=$(CURDIR)/bin/ordo $(GO) test -tags n8ne2e -count=1 -v -timeout 40m ./cmd/internal/n8ne2e/ $(ARGS)
 
-# Fuzz targets are found by name in the *_test.go files; each runs for
-# FUZZTIME against its own throwaway Postgres (a target may use sqltest).
+# Fuzz targets are found by name in the *_test.go files, as dir:Name; each
+# runs for FUZZTIME, all against one throwaway Postgres (a target may use
+# sqltest). Their seed corpora are the f.Add calls and testdata/fuzz/<Name>.
+FUZZ_TARGETS = $(shell grep -rEo --include='*_test.go' --exclude-dir='.?*' --exclude-dir=bin --exclude-dir=testdata \
+	'^func Fuzz[A-Za-z0-9_]*' . | sed -E 's|^(.*)/[^/]*:func (Fuzz[A-Za-z0-9_]*)$$|\1:\2|' | sort -u)
+
 fuzz:
-	@targets=$$(grep -rEo --include='*_test.go' --exclude-dir='.?*' --exclude-dir=bin --exclude-dir=testdata \
-		'^func Fuzz[A-Za-z0-9_]*' . | sed -E 's#^(.*)/[^/]*:func (Fuzz[A-Za-z0-9_]*)$$#\1 \2#' | sort -u); \
-	if [ -z "$$targets" ]; then echo "make fuzz: no Fuzz targets"; exit 0; fi; \
-	echo "$$targets" | while read -r dir name; do \
-		echo "== $$dir $$name ($(FUZZTIME))"; \
-		$(ORDO) testenv -- $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) "$$dir" || exit 1; \
-	done
+	$(ORDO) testenv -- sh -c 'for t in $(FUZZ_TARGETS); do \
+		echo "== $${t%%:*} $${t##*:} ($(FUZZTIME))"; \
+		$(GO) test -run "^$$" -fuzz "^$${t##*:}$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) "$${t%%:*}" || exit 1; \
+	done'
 
 lint:
 	@unformatted=$$(find . \( -path './.*' -o -path ./bin \) -prune -o -name '*.go' -print0 | xargs -0r gofmt -l); \

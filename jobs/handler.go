@@ -153,7 +153,11 @@ func parseReplies(answer []byte) (json.RawMessage, error) {
 			return nil, &failure{msg: fmt.Sprintf("handler reply %d is not a JSON object", i), action: actDeadLetter}
 		}
 		// Refused now, the reply names its path; refused by WhatsApp at send
-		// time, it would only say "Invalid parameter".
+		// time, it would only say "Invalid parameter". Text Postgres cannot
+		// store would fail the step's write instead.
+		if err := whatsapp.CheckText(reply); err != nil {
+			return nil, &failure{msg: fmt.Sprintf("reply %d of %d: %v", i+1, len(replies), err), action: actDeadLetter}
+		}
 		if err := whatsapp.ValidateMessage(reply); err != nil {
 			return nil, &failure{msg: fmt.Sprintf("reply %d of %d: %v", i+1, len(replies), err), action: actDeadLetter}
 		}

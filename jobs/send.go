@@ -101,6 +101,14 @@ func (r *run) send(ctx context.Context, st *step) (string, error) {
 	if err != nil {
 		return "", &failure{msg: err.Error(), action: actDeadLetter}
 	}
+	// REST and handler replies are checked at the door; a message another
+	// application put in with ordo.enqueue_message (or stored before the
+	// check existed) is checked here, against the same schema: refused now,
+	// its dead letter names the JSON path and no request leaves; sent, Meta
+	// would answer only "(#100) Invalid parameter".
+	if err := whatsapp.ValidateMessage(msg); err != nil {
+		return "", &failure{msg: "not sent, WhatsApp would refuse it: " + err.Error(), action: actDeadLetter, class: whatsapp.Permanent.String()}
+	}
 	res, err := r.d.wa.Send(ctx, *r.cred, msg, strconv.FormatInt(st.id, 10))
 	if err != nil {
 		return "", classifySend(err)

@@ -15,6 +15,8 @@
 //	stresser.go           the stresser interface
 //	load.go               the clients and their ledger (a stresser)
 //	probe.go              the bad-input prober (a stresser)
+//	fault_hostile_flood.go strangers flooding the public webhook (a fault that runs alone)
+//	latency.go            the real clients' waits, read by the flood
 //	meta.go               Meta's webhooks: statuses, end users' messages
 //	provider.go           the misbehaving provider (its faults are per request) and the tenants' handler
 //	procs.go              the ordo processes, operator commands, logs
@@ -100,6 +102,12 @@ type Config struct {
 	// (stresser_sql.go).
 	// Default 0 (none).
 	SQLBatch int
+	// HostileFor, if positive, is how long the hostile flood lasts
+	// (fault_hostile_flood.go): HostileConcurrency concurrent unsigned posts
+	// of HostileBodyBytes to the webhook while the load flows, once in the
+	// run; the API's RSS and the real clients' p99 are measured meanwhile.
+	// Default 0 (none).
+	HostileFor time.Duration
 	// Lease and SendTimeout are handed to the workers (see jobs.Config).
 	// Defaults 4s, 1.5s: a stalled or killed worker's conversations move on
 	// within seconds.
@@ -164,6 +172,10 @@ func (c Config) validate() error {
 		return errors.New("--clients and --rate must be positive")
 	case c.WorkerKillMax < c.WorkerKillMin:
 		return errors.New("worker kill interval: max below min")
+	case c.HostileFor < 0:
+		return errors.New("--hostile: 0 or more")
+	case c.HostileFor > 0 && c.Duration < 2*c.HostileFor+15*time.Second:
+		return fmt.Errorf("--duration: at least twice --hostile plus 15s (%s): the flood, a window as long before it to compare with, and load after it", 2*c.HostileFor+15*time.Second)
 	case c.Duration < c.stallFor()+5*time.Second:
 		return fmt.Errorf("--duration: at least %s, for a worker stall past its lease", c.stallFor()+5*time.Second)
 	}
@@ -191,9 +203,11 @@ type run struct {
 	provider *chaosProvider
 	handler  *chaosHandler
 	tenants  []chaosTenant
+	latency  latencyLog // the real clients' waits, for the hostile flood
 
 	windowMu    sync.Mutex
 	windows     []faultWindow        // fault_rolling_deploy.go
+	hostile     []hostileRecord      // fault_hostile_flood.go
 	resolutions map[string]string    // fault_operator_resolve.go: tenant index and message id → replayed|skipped
 	replays     map[chaosConvKey]int // fault_operator_resolve.go: replays per conversation
 }
@@ -485,6 +499,7 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		deploys:     r.faultWindows(faultRollingDeploy),
 		resolves:    r.faultWindows(faultOperatorResolve),
 		replays:     r.replaysPer(),
+		hostile:     r.hostileRecords(),
 	}
 	for _, t := range r.tenants {
 		in.policies = append(in.policies, t.ambiguous)

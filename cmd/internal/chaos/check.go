@@ -49,6 +49,7 @@ type chaosInput struct {
 	resolves    []faultWindow        // each operator's replay or skip of a dead letter
 	replays     map[chaosConvKey]int // dead letters replayed per conversation
 	policies    []string             // per tenant: resend or reconcile
+	hostile     []hostileRecord      // each hostile flood's figures
 }
 
 // chaosCheck is one verdict.
@@ -70,6 +71,7 @@ type Report struct {
 	ambiguousCounted                   int
 	deadLettered, permanentFailed      int
 	faults                             map[string]int
+	hostile                            []string // each hostile flood's figures
 }
 
 func (r *Report) Failed() int {
@@ -280,6 +282,19 @@ func chaosJudge(in chaosInput) *Report {
 			fmt.Sprintf("%d dead letters replayed or skipped under load; %d texts first delivered meanwhile and delivered again", len(in.resolves), len(dups)), dups...)
 	}
 
+	// 5d. Strangers flooding the public webhook cost the API process
+	// bounded memory and the real clients no more than a second at p99.
+	if len(in.hostile) > 0 {
+		var problems, figures []string
+		for _, h := range in.hostile {
+			problems = append(problems, h.problems()...)
+			figures = append(figures, h.describe())
+			rep.hostile = append(rep.hostile, h.describe())
+		}
+		rep.add("a hostile flood keeps memory and latency bounded", len(problems) == 0,
+			fmt.Sprintf("RSS within %d MB of before, real REST and signed webhook p99 under %s: %s", HostileRSSGrowthMax>>20, HostileP99Max, strings.Join(figures, "; ")), problems...)
+	}
+
 	// 6. Dead letters: exactly the messages the provider failed for good.
 	rep.permanentFailed = len(in.provider.permanent)
 	rep.deadLettered = len(in.deadLetters)
@@ -360,7 +375,7 @@ func chaosJudge(in chaosInput) *Report {
 func chaosFaultSummary(f map[string]int) string {
 	kinds := []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall,
 		faultProvider500, faultProviderTimeout, faultProviderDelivered, faultProviderPairRate, faultProviderPermanent}
-	for _, k := range []string{faultRollingDeploy, faultOperatorResolve} {
+	for _, k := range []string{faultRollingDeploy, faultOperatorResolve, faultHostileFlood} {
 		if f[k] > 0 { // optional kinds: named only when the run had them
 			kinds = append(kinds, k)
 		}
@@ -390,6 +405,9 @@ func (r *Report) print(w io.Writer) {
 	fmt.Fprintf(w, "\naccepted=%d sent=%d lost=%d order_violations=%d duplicates=%d ambiguous_counted=%d duplicates_beyond_ambiguous=%d dead_lettered=%d provider_permanent=%d unexpected=%d\n",
 		r.accepted, r.sent, r.lost, r.orderViolations, r.duplicates, r.ambiguousCounted, r.beyondAmbiguous, r.deadLettered, r.permanentFailed, r.unexpected)
 	fmt.Fprintf(w, "faults: %s\n", chaosFaultSummary(r.faults))
+	for _, h := range r.hostile {
+		fmt.Fprintf(w, "hostile flood: %s\n", h)
+	}
 	fmt.Fprintf(w, "%d passed, %d failed\n", len(r.checks)-r.Failed(), r.Failed())
 }
 

@@ -2,6 +2,8 @@ package chaos
 
 import (
 	"errors"
+	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -180,6 +182,37 @@ func TestChaosJudge(t *testing.T) {
 		{"a status webhook refused", func(in *chaosInput) { in.meta.refused = []string{"400"} }, "every status webhook answered 200"},
 		{"a delivery never reported", func(in *chaosInput) { in.meta.sent = 6 }, "every status webhook answered 200"},
 		{"never settled", func(in *chaosInput) { in.settled = false }, "settled after the load"},
+		{"a hostile flood within bounds", func(in *chaosInput) { in.hostile = []hostileRecord{calmFlood()} }, ""},
+		{"a hostile flood that costs 201 MB", func(in *chaosInput) {
+			h := calmFlood()
+			h.peakKB = h.idleKB + 201<<10
+			in.hostile = []hostileRecord{h}
+		}, "a hostile flood keeps memory and latency bounded"},
+		{"a hostile flood that slows REST to a second at p99", func(in *chaosInput) {
+			h := calmFlood()
+			h.rest = append(h.rest, time.Second, time.Second) // 2 of 100: the p99
+			in.hostile = []hostileRecord{h}
+		}, "a hostile flood keeps memory and latency bounded"},
+		{"a hostile flood that slows signed webhooks", func(in *chaosInput) {
+			h := calmFlood()
+			h.webhook = []time.Duration{1500 * time.Millisecond}
+			in.hostile = []hostileRecord{h}
+		}, "a hostile flood keeps memory and latency bounded"},
+		{"an unsigned flood body accepted", func(in *chaosInput) {
+			h := calmFlood()
+			h.outcomes["200"] = 1
+			in.hostile = []hostileRecord{h}
+		}, "a hostile flood keeps memory and latency bounded"},
+		{"the API restarted in a flood", func(in *chaosInput) {
+			h := calmFlood()
+			h.restarted = true
+			in.hostile = []hostileRecord{h}
+		}, "a hostile flood keeps memory and latency bounded"},
+		{"a flood with no real traffic to measure", func(in *chaosInput) {
+			h := calmFlood()
+			h.rest = nil
+			in.hostile = []hostileRecord{h}
+		}, "a hostile flood keeps memory and latency bounded"},
 		{"a data race", func(in *chaosInput) { in.logProblems = []string{"worker-1: WARNING: DATA RACE"} }, "no panic, data race or deadlock"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -206,6 +239,73 @@ func TestChaosJudge(t *testing.T) {
 				t.Errorf("failed() = %d, want %d", rep.Failed(), len(want))
 			}
 		})
+	}
+}
+
+// calmFlood is a hostile flood that stayed within its bounds: 199 MB over
+// the RSS before it, 98 of 100 REST waits at 100ms and 2 at 990ms.
+func calmFlood() hostileRecord {
+	h := hostileRecord{from: time.Now(), to: time.Now().Add(20 * time.Second), idleKB: 30 << 10, peakKB: 30<<10 + 199<<10,
+		sent: 10, outcomes: map[string]int{"401": 4, "413": 5, "connection closed": 1}}
+	for i := range 100 {
+		d := 100 * time.Millisecond
+		if i < 2 {
+			d = 990 * time.Millisecond
+		}
+		h.rest = append(h.rest, d)
+		h.webhook = append(h.webhook, d)
+	}
+	return h
+}
+
+// The flood's own measures: p99 by nearest rank, the RSS and CPU time of a
+// live process, and a body of exactly its size that the harness does not hold.
+func TestHostileFloodMeasures(t *testing.T) {
+	t.Parallel()
+	var d []time.Duration
+	for i := 1; i <= 200; i++ {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	if got := p99(d); got != 198*time.Millisecond {
+		t.Errorf("p99 of 1..200ms = %s, want 198ms", got)
+	}
+	if got := p99([]time.Duration{5 * time.Second}); got != 5*time.Second {
+		t.Errorf("p99 of one = %s", got)
+	}
+	if kb, err := readRSS(os.Getpid()); err != nil || kb <= 0 {
+		t.Errorf("readRSS(self) = %d, %v", kb, err)
+	}
+	if _, err := readCPU(os.Getpid()); err != nil {
+		t.Errorf("readCPU(self): %v", err)
+	}
+	if _, err := readRSS(0); err == nil {
+		t.Error("readRSS(0) read something")
+	}
+	n, err := io.Copy(io.Discard, &hostileBody{left: HostileBodyBytes})
+	if err != nil || n != HostileBodyBytes {
+		t.Errorf("flood body: %d bytes, %v; want %d", n, err, HostileBodyBytes)
+	}
+	// With the flood on, the plan holds one, inside the load, after a
+	// window as long as it to compare with.
+	cfg := Config{Duration: 2 * time.Minute, Seed: 7, HostileFor: 20 * time.Second, Exec: []string{"ordo"}}.withDefaults()
+	if err := cfg.validate(); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	var floods int
+	for _, f := range newFaultPlan(cfg).faults {
+		if s := f.slot(); f.Kind() == faultHostileFlood {
+			floods++
+			if s.at < cfg.HostileFor || s.at+s.pause > cfg.Duration {
+				t.Errorf("flood at %s for %s: not inside the load after a window as long", s.at, s.pause)
+			}
+		}
+	}
+	if floods != 1 {
+		t.Errorf("%d floods planned, want 1", floods)
+	}
+	cfg.HostileFor = time.Minute
+	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "--hostile") {
+		t.Errorf("a flood of half the load: %v, want refused", err)
 	}
 }
 

@@ -76,6 +76,7 @@ var faultKinds = []faultKind{
 	apiKillKind,
 	rollingDeployKind,
 	operatorResolveKind,
+	hostileFloodKind,
 }
 
 // planner draws the plan from the seed: the periodic faults first, then the
@@ -146,7 +147,7 @@ func (p *faultPlan) kinds() map[string]int {
 }
 
 // planShown is the order in which the plan line names the kinds.
-var planShown = []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall, faultRollingDeploy, faultOperatorResolve}
+var planShown = []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall, faultRollingDeploy, faultOperatorResolve, faultHostileFlood}
 
 func (p *faultPlan) print(l *faultLog) {
 	k := p.kinds()

@@ -293,6 +293,12 @@ func (c *chaosClient) send(req *http.Request) (int, []byte, error) {
 // first.
 // The body is m's unless another is given.
 func (l *chaosLoad) offerCopy(ctx context.Context, m *chaosMsg, body []byte) (retries int, answered bool) {
+	began := time.Now()
+	defer func() {
+		if answered {
+			l.r.latency.add(m.webhook, began)
+		}
+	}()
 	auth := "Bearer " + l.r.tenants[m.tenant].apiKey
 	if body == nil {
 		body = m.body

@@ -151,6 +151,7 @@ func (m *chaosMeta) deliverStatus(ctx context.Context, slug string, s chaosSend)
 	}
 	body := chaosWebhookBody(s.PhoneNumberID, map[string]any{"statuses": []any{st}})
 	retries := 0
+	began := time.Now()
 	defer func() {
 		m.mu.Lock()
 		m.statuses.retries += retries
@@ -161,6 +162,7 @@ func (m *chaosMeta) deliverStatus(ctx context.Context, slug string, s chaosSend)
 		status, answer, err := m.api.postWebhook(ctx, slug, body)
 		switch {
 		case err == nil && status == http.StatusOK:
+			m.r.latency.add(true, began)
 			m.mu.Lock()
 			m.statuses.sent++
 			m.mu.Unlock()

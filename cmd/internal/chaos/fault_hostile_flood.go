@@ -1,0 +1,413 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// faultHostileFlood is issue 17's flood: while the load flows, strangers
+// post big unsigned bodies to the public webhook URL, known tenants and
+// unknown ones, declared lengths and chunked; the API process must keep
+// its memory and the real clients their answers.
+const faultHostileFlood = "hostile_flood"
+
+// The flood's shape and what the checker holds it to.
+const (
+	// HostileConcurrency is how many flood requests are in flight at once,
+	// each sent again as soon as it is answered.
+	HostileConcurrency = 200
+	// HostileBodyBytes is each flood body's size (8 MB: what the webhook
+	// once read whole before looking at the tenant).
+	HostileBodyBytes = 8 << 20
+	// HostileRSSGrowthMax bounds the API process's RSS peak during the
+	// flood over its reading before it.
+	HostileRSSGrowthMax = 200 << 20
+	// HostileP99Max bounds the p99 of the real REST requests and of the
+	// real signed webhook deliveries that started during the flood.
+	HostileP99Max = time.Second
+)
+
+// hostileRSSEvery is how often the API process's RSS is read.
+const hostileRSSEvery = 10 * time.Millisecond
+
+// hostileFloodKind floods the webhook once for Config.HostileFor, if set.
+var hostileFloodKind = faultKind{
+	name: faultHostileFlood,
+	plan: func(p *planner) []fault {
+		if p.cfg.HostileFor <= 0 {
+			return nil
+		}
+		// Well inside the load, after a window as long as the flood to
+		// compare with, and before its end, so that the clients are there to
+		// measure.
+		earliest := max(p.cfg.HostileFor+5*time.Second, p.cfg.Duration/4)
+		at := p.between(earliest, max(earliest+time.Second, p.cfg.Duration-p.cfg.HostileFor-10*time.Second))
+		p.special = append(p.special, at)
+		return []fault{&hostileFlood{s: slot{at: at, pause: p.cfg.HostileFor}}}
+	},
+	summary: func(n int) string {
+		if n == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%d hostile floods", n)
+	},
+}
+
+// hostileFlood is one flood. It runs alone (no kill, stall or restart in
+// it), so that the API's memory and the clients' latency in its window are
+// its doing.
+type hostileFlood struct {
+	s slot
+
+	began  time.Time
+	pid    int
+	idle   int64         // kB
+	cpu    time.Duration // the API process's CPU time used when the flood began
+	ownCPU time.Duration // the harness's, likewise
+	// cpuBefore is the API process's share of a core in the second before.
+	cpuBefore float64
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+
+	mu       sync.Mutex
+	peak     int64 // kB
+	pids     map[int]bool
+	outcomes map[string]int
+	sent     int
+	lag      time.Duration
+}
+
+func (f *hostileFlood) Kind() string { return faultHostileFlood }
+func (f *hostileFlood) Desc() string {
+	return fmt.Sprintf("%d concurrent unsigned %d MB webhook posts for %s", HostileConcurrency, HostileBodyBytes>>20, f.s.pause)
+}
+func (f *hostileFlood) slot() slot { return f.s }
+func (f *hostileFlood) exclusive() {}
+
+// Inject reads the API process's RSS at rest, then starts the flood and the
+// RSS sampler.
+func (f *hostileFlood) Inject(ctx context.Context, r *run) bool {
+	f.pid = r.api.Pid()
+	var before []int64
+	cpu0, err0 := readCPU(f.pid)
+	t0 := time.Now()
+	for range 10 {
+		if kb, err := readRSS(f.pid); err == nil {
+			before = append(before, kb)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(before) == 0 {
+		r.log.printf("hostile flood: cannot read the API process's RSS (pid %d); skipped", f.pid)
+		return false
+	}
+	slices.Sort(before)
+	f.idle = before[len(before)/2]
+	if cpu1, err := readCPU(f.pid); err == nil && err0 == nil {
+		f.cpuBefore = float64(cpu1-cpu0) / float64(time.Since(t0))
+	}
+	f.peak, f.pids, f.outcomes = f.idle, map[int]bool{f.pid: true}, map[string]int{}
+	floodCtx, cancel := context.WithCancel(ctx)
+	f.cancel = cancel
+	f.began = time.Now()
+	f.cpu, _ = readCPU(f.pid)
+	f.ownCPU, _ = readCPU(os.Getpid())
+	r.log.fault(faultHostileFlood, "%s; API RSS before it %d MB", f.Desc(), f.idle>>10)
+
+	client := &http.Client{
+		Timeout:   30 * time.Second,
+		Transport: &http.Transport{DisableKeepAlives: true, MaxIdleConnsPerHost: -1},
+		// An answer is all a stranger gets; nothing redirects here.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		f.sample(floodCtx)
+	}()
+	for i := range HostileConcurrency {
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			f.flood(floodCtx, r, client, i)
+		}()
+	}
+	return true
+}
+
+// flood is one stranger: it posts again as soon as it is answered. Two in
+// three aim at a real tenant (read, at most the limit, in one of the
+// process's few slots for unauthenticated bodies), one in three at a slug
+// nobody has; half declare their length (refused unread), half are chunked.
+func (f *hostileFlood) flood(ctx context.Context, r *run, client *http.Client, i int) {
+	slug := "nobody-" + strconv.Itoa(i)
+	if i%3 != 2 {
+		slug = r.tenants[i%len(r.tenants)].slug
+	}
+	for n := 0; ctx.Err() == nil; n++ {
+		body := &hostileBody{left: HostileBodyBytes}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.apiURL+"/webhooks/whatsapp/"+slug, body)
+		if err != nil {
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.ContentLength = -1
+		if (i+n)%2 == 0 {
+			req.ContentLength = HostileBodyBytes
+		}
+		outcome := "connection closed"
+		resp, err := client.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			outcome = strconv.Itoa(resp.StatusCode)
+		} else if ctx.Err() != nil {
+			return // cut off by the end of the flood: no outcome
+		}
+		f.mu.Lock()
+		f.sent++
+		f.outcomes[outcome]++
+		f.mu.Unlock()
+	}
+}
+
+// sample reads the API process's RSS until ctx ends, keeping the peak and
+// every pid it saw (a second one means the process restarted).
+func (f *hostileFlood) sample(ctx context.Context) {
+	last := time.Now()
+	for {
+		f.readPeak()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(hostileRSSEvery):
+		}
+		// How late the harness itself wakes up: its clients' waits include
+		// it.
+		now := time.Now()
+		f.mu.Lock()
+		f.lag = max(f.lag, now.Sub(last)-hostileRSSEvery)
+		f.mu.Unlock()
+		last = now
+	}
+}
+
+func (f *hostileFlood) readPeak() {
+	kb, err := readRSS(f.pid)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err != nil {
+		f.pids[-1] = true // gone
+		return
+	}
+	f.peak = max(f.peak, kb)
+}
+
+// Recover ends the flood, keeps reading the RSS while the last bodies
+// drain, and records the phase for the checker.
+func (f *hostileFlood) Recover(_ context.Context, r *run) {
+	ended := time.Now()
+	f.cancel()
+	f.wg.Wait()
+	for range 20 { // what the last requests left behind
+		f.readPeak()
+		time.Sleep(50 * time.Millisecond)
+	}
+	if pid := r.api.Pid(); pid != f.pid {
+		f.mu.Lock()
+		f.pids[pid] = true
+		f.mu.Unlock()
+	}
+	f.mu.Lock()
+	rec := hostileRecord{
+		from: f.began, to: ended, idleKB: f.idle, peakKB: f.peak, sent: f.sent,
+		outcomes: make(map[string]int, len(f.outcomes)), restarted: len(f.pids) > 1,
+	}
+	for k, v := range f.outcomes {
+		rec.outcomes[k] = v
+	}
+	f.mu.Unlock()
+	rec.rest, rec.webhook = r.latency.during(f.began, ended)
+	rec.restBefore, rec.webhookBefore = r.latency.during(f.began.Add(-ended.Sub(f.began)), f.began)
+	if cpu, err := readCPU(f.pid); err == nil {
+		rec.apiCPU = cpu - f.cpu
+	}
+	if cpu, err := readCPU(os.Getpid()); err == nil {
+		rec.ownCPU = cpu - f.ownCPU
+	}
+	rec.load = loadAverage()
+	rec.lag = f.lag
+	rec.apiCPUBefore = f.cpuBefore
+	r.recordHostile(rec)
+	r.log.printf("hostile flood over: %s", rec.describe())
+}
+
+// hostileRecord is what one flood did, for the checker.
+type hostileRecord struct {
+	from, to       time.Time
+	idleKB, peakKB int64
+	restarted      bool // the API process was gone or replaced during it
+	sent           int
+	outcomes       map[string]int // flood answers by status ("connection closed": cut off)
+	rest, webhook  []time.Duration
+	// The same clients' waits in a window as long, just before the flood:
+	// what the machine gives without it.
+	restBefore, webhookBefore []time.Duration
+	apiCPU                    time.Duration // CPU time the API process used during the flood
+	ownCPU                    time.Duration // and the harness (its clients, the flood's senders)
+	apiCPUBefore              float64       // the API process's cores in the second before
+	load                      string        // the machine's load average at the end
+	lag                       time.Duration // the harness's longest oversleep of a 10ms timer
+}
+
+// growth is the RSS peak over the reading before, in bytes.
+func (h hostileRecord) growth() int64 { return (h.peakKB - h.idleKB) << 10 }
+
+// describe gives the figures: RSS before and peak, the real traffic's p99,
+// the flood's answers.
+func (h hostileRecord) describe() string {
+	var outs []string
+	for k, v := range h.outcomes {
+		outs = append(outs, fmt.Sprintf("%s×%d", k, v))
+	}
+	sort.Strings(outs)
+	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	return fmt.Sprintf("%.1fs; API RSS %d MB before, peak %d MB (%+d MB), CPU used: API %.2f cores (%.2f just before), harness %.2f cores (its timers up to %s late), load average %s; real traffic meanwhile: %d REST p99 %s (max %s), %d signed webhooks p99 %s (max %s); just before it: %d REST p99 %s, %d signed webhooks p99 %s; %d flood requests answered %s",
+		h.to.Sub(h.from).Seconds(), h.idleKB>>10, h.peakKB>>10, h.growth()>>20, h.apiCPU.Seconds()/h.to.Sub(h.from).Seconds(), h.apiCPUBefore, h.ownCPU.Seconds()/h.to.Sub(h.from).Seconds(), ms(h.lag), h.load,
+		len(h.rest), ms(p99(h.rest)), ms(slices.Max(append([]time.Duration{0}, h.rest...))),
+		len(h.webhook), ms(p99(h.webhook)), ms(slices.Max(append([]time.Duration{0}, h.webhook...))),
+		len(h.restBefore), ms(p99(h.restBefore)), len(h.webhookBefore), ms(p99(h.webhookBefore)),
+		h.sent, strings.Join(outs, " "))
+}
+
+// problems says what about the flood fails the run.
+func (h hostileRecord) problems() []string {
+	var out []string
+	if h.growth() > HostileRSSGrowthMax {
+		out = append(out, fmt.Sprintf("the API process's RSS grew by %d MB, more than %d MB", h.growth()>>20, HostileRSSGrowthMax>>20))
+	}
+	if h.restarted {
+		out = append(out, "the API process exited or was replaced during the flood")
+	}
+	for _, c := range []struct {
+		what string
+		d    []time.Duration
+	}{{"REST requests", h.rest}, {"signed webhook deliveries", h.webhook}} {
+		switch {
+		case len(c.d) == 0:
+			out = append(out, "no real "+c.what+" during the flood: nothing measured")
+		case p99(c.d) >= HostileP99Max:
+			out = append(out, fmt.Sprintf("p99 of the real %s %s, not under %s", c.what, p99(c.d).Round(time.Millisecond), HostileP99Max))
+		}
+	}
+	for k, v := range h.outcomes {
+		if strings.HasPrefix(k, "2") {
+			out = append(out, fmt.Sprintf("%d unsigned flood bodies answered %s", v, k))
+		}
+	}
+	if h.sent == 0 {
+		out = append(out, "no flood request was answered")
+	}
+	return out
+}
+
+// p99 is the 99th percentile (nearest rank) of d; 0 for none.
+func p99(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[(len(s)*99+99)/100-1]
+}
+
+func (r *run) recordHostile(h hostileRecord) {
+	r.windowMu.Lock()
+	defer r.windowMu.Unlock()
+	r.hostile = append(r.hostile, h)
+}
+
+func (r *run) hostileRecords() []hostileRecord {
+	r.windowMu.Lock()
+	defer r.windowMu.Unlock()
+	return slices.Clone(r.hostile)
+}
+
+// readRSS is VmRSS of process pid, in kB.
+func readRSS(pid int) (int64, error) {
+	if pid <= 0 {
+		return 0, fmt.Errorf("no process")
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+}
+
+// readCPU is the user and system CPU time process pid used so far
+// (/proc/<pid>/stat, in clock ticks of 1/100 s, Linux's USER_HZ).
+func readCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name may hold spaces: the fields start after its ")".
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected", pid)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected", pid)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
+// loadAverage is the machine's 1, 5 and 15 minute load averages.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
+}
+
+// hostileBody is left bytes of a body that looks like the start of a
+// webhook and goes on with padding, made as it is read (the harness holds
+// none of it).
+type hostileBody struct {
+	left, off int
+}
+
+var hostilePattern = []byte(`{"object":"whatsapp_business_account","entry":[{"id":"` + strings.Repeat("A", 4000) + `"}]}` + "\n")
+
+func (b *hostileBody) Read(p []byte) (int, error) {
+	if b.left == 0 {
+		return 0, io.EOF
+	}
+	n := 0
+	for n < len(p) && b.left > 0 {
+		c := copy(p[n:min(len(p), n+b.left)], hostilePattern[b.off:])
+		n += c
+		b.left -= c
+		b.off = (b.off + c) % len(hostilePattern)
+	}
+	return n, nil
+}
