@@ -442,5 +442,12 @@ func validateURL(field, s string) error {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return invalid(field, "must be an absolute http or https URL")
 	}
+	if u.User != nil {
+		// Userinfo would be stored in plain text and printed by every
+		// command that shows the tenant.
+		return invalid(field, "must not carry credentials (user:password@): store the handler's Basic Auth or Header Auth "+
+			"encrypted with `ordo credential set --tenant <slug> --name %s --from-file -` "+
+			`({"basic_user": "…", "basic_password": "…"} or {"header": "<name>", "value": "<secret>"})`, HandlerAuthCredential)
+	}
 	return nil
 }
