@@ -48,7 +48,6 @@ func setTenant(t *testing.T, b *jobstest.Bundle, p tenants.UpdateParams) {
 	}
 }
 
-
 // waitingFor waits until message id's handle step waits for its replies.
 func waitingFor(b *jobstest.Bundle, id string) {
 	b.WaitFor(id+"'s handle step to wait for its replies", 10*time.Second, func() bool {
