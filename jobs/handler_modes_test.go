@@ -182,9 +182,30 @@ func TestAsyncRepliesPostedLaterGoOutInOrderAndTheNextMessageWaits(t *testing.T)
 }
 
 // Replies the workflow posts before ordo has even recorded its handler's
-// answer (n8n's Respond Immediately, a fast workflow) are not lost.
+// answer (n8n's Respond Immediately, a fast workflow) are not lost. In sync
+// mode they are refused until the handler answered 202 (the answer would
+// carry the replies otherwise), so a post is never accepted and then
+// overridden; a retried post then goes through.
 func TestAsyncRepliesPostedBeforeTheAnswerIsRecorded(t *testing.T) {
 	t.Parallel()
+	t.Run("sync, 202", func(t *testing.T) {
+		t.Parallel()
+		var b *jobstest.Bundle
+		h := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, err := b.Engine.PostReplies(r.Context(), b.Tenant.ID, "in1", repliesJSON("fast")); engine.ErrorCode(err) != engine.CodeNotWaiting {
+				t.Errorf("post replies during a sync call: %v; want not_waiting", err)
+			}
+			w.WriteHeader(http.StatusAccepted)
+		}))
+		t.Cleanup(h.Close)
+		b = jobstest.Setup(t, jobstest.Options{HandlerURL: h.URL})
+		inbound(t, b, "c1", "in1")
+		waitingFor(b, "in1")
+		if _, err := b.Engine.PostReplies(context.Background(), b.Tenant.ID, "in1", repliesJSON("retried")); err != nil {
+			t.Fatal(err)
+		}
+		b.WaitFor("the reply", 10*time.Second, func() bool { return len(b.WhatsApp.Sends()) == 1 })
+	})
 	var b *jobstest.Bundle
 	var calls atomic.Int32
 	h := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -2,16 +2,20 @@
 -- checked against the WhatsApp message schema) posted by tenant p_tenant's
 -- async handler for its inbound message p_message_id on the message's
 -- handle step, and wakes the conversation: its drain turns them into the
--- message's send steps (jobs/steps.go). It accepts them from the moment the
--- handler was called until the replies are settled — also while the call is
--- still in flight (a workflow that answered "started" and posted before the
--- drain recorded the answer) and while the drain parks the conversation
--- (ordo.wake_conversation marks a running drain's wait to end at once).
+-- message's send steps (jobs/replies.go). For a tenant in handler_mode
+-- async it accepts them from the moment the handler was called until the
+-- replies are settled — also while the call is still in flight (a workflow
+-- that answered "started" and posted before the drain recorded the answer),
+-- or after a failed attempt (the workflow ran after all: it is not called
+-- again) — and in sync mode once the handler answered 202; also while the
+-- drain parks the conversation (ordo.wake_conversation marks a running
+-- drain's wait to end at once).
 --
 -- verdict: 'accepted'; 'duplicate' (these very replies were posted before);
 -- 'not_found' (no such message of the tenant); 'conflict' (other replies
 -- were posted before); 'not_waiting' with reason (not an inbound message,
--- handler not called yet, already answered or dead, notify mode).
+-- handler not called yet, already answered or dead, notify mode, sync mode
+-- without a 202).
 --
 -- Locks: the conversation row (FOR NO KEY UPDATE, as a drain's writes), then
 -- the handle step, then (wake) the ready row: sql/LOCKING.md. The drain's
@@ -59,6 +63,10 @@ BEGIN
                        ELSE 'is not waiting for replies: its handler has not been called yet' END;
     ELSIF v_st.status IN ('done', 'failed') THEN
         reason := 'is not waiting for replies: its handler already answered';
+    ELSIF v_mode = 'sync' AND v_st.status <> 'waiting' THEN
+        -- A sync answer carries the replies: accepted now, these could be
+        -- overridden by it. Once the handler answered 202 they are taken.
+        reason := 'is not waiting for replies: the tenant''s handler_mode is sync and its handler has not answered 202 (yet)';
     ELSE
         UPDATE ordo.steps s SET replies = p_replies WHERE s.id = v_st.id;
         PERFORM ordo.wake_conversation(v_m.conversation_pk);
