@@ -46,6 +46,9 @@ func TestRepliesEndpoint(t *testing.T) {
 		return e.Count(`SELECT count(*) FROM ordo.steps WHERE kind = 'handle' AND status = 'waiting'`) == 1
 	})
 
+	if a := e.get(t, e.APIKey, "/v1/messages/in1"); !strings.Contains(string(a.body), `"status":"waiting"`) || !strings.Contains(string(a.body), `"replies_due_at"`) {
+		t.Fatalf("GET in1 while it waits: %s; want its handle step waiting, with its deadline", a)
+	}
 	good := `{"replies":[{"type":"text","text":{"body":"r1"}},{"type":"text","text":{"body":"r2"}}]}`
 	for _, tc := range []struct {
 		name, key, path, body string
