@@ -77,7 +77,11 @@ func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error)
 	req.Header.Set("Idempotency-Key", r.tenant.Slug+":"+m.id)
 	resp, err := r.d.handlers.Do(req)
 	if err != nil {
-		return handlerAnswer{}, &failure{msg: "handler unreachable: " + redactURL(err) + handlerDown}
+		if cause := redactURL(err); cause != "timeout" {
+			return handlerAnswer{}, &failure{msg: "handler unreachable: " + cause + handlerDown}
+		}
+		return handlerAnswer{}, &failure{msg: fmt.Sprintf("handler timeout: no answer within the tenant's handler_timeout (%s); "+
+			"a slow workflow needs `ordo tenant update --handler-timeout` raised, or --handler-mode async (n8n answers at once, the workflow posts its replies)", r.handlerTimeout())}
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxHandlerAnswer+1))

@@ -347,7 +347,7 @@ func TestHandlerTimeoutPerTenantOutlastsTheLease(t *testing.T) {
 	b.WaitFor("the dead letter", 15*time.Second, func() bool { return b.Count(`SELECT count(*) FROM ordo.dead_letters`) == 1 })
 	var reason string
 	_ = b.Pool.QueryRow(context.Background(), `SELECT reason FROM ordo.dead_letters`).Scan(&reason)
-	if !strings.Contains(reason, "timeout") {
+	if !strings.Contains(reason, "handler_timeout (1s)") {
 		t.Fatalf("dead letter %q; want a timeout", reason)
 	}
 }
