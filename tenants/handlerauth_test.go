@@ -109,3 +109,20 @@ func TestHandlerURLWithUserinfoRefused(t *testing.T) {
 	_, err = b.store.Update(ctx, "acme", tenants.UpdateParams{EventsURL: ptr("https://u:p@n8n.example.com/webhook/e")})
 	assertInvalid(t, err, "events_url")
 }
+
+// A URL with credentials stored before they were refused is shown without
+// its secret.
+func TestTenantRedacted(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"https://n8n:s3cret@n8n.example.com/webhook/x": "https://n8n:xxxxx@n8n.example.com/webhook/x",
+		"https://s3cret@n8n.example.com/webhook/x":     "https://xxxxx@n8n.example.com/webhook/x",
+		"https://n8n.example.com/webhook/x":            "https://n8n.example.com/webhook/x",
+		"":                                             "",
+	} {
+		got := tenants.Tenant{HandlerURL: in, EventsURL: in}.Redacted()
+		if got.HandlerURL != want || got.EventsURL != want {
+			t.Errorf("%q: %q, %q; want %q", in, got.HandlerURL, got.EventsURL, want)
+		}
+	}
+}
