@@ -461,3 +461,30 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// Under the skip policy, a message whose async replies never came is
+// dead-lettered and the conversation goes on to its next message.
+func TestAsyncDeadlinePassedSkipGoesOn(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	h := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	t.Cleanup(h.Close)
+	b := jobstest.Setup(t, jobstest.Options{HandlerURL: h.URL})
+	setTenant(t, b, tenants.UpdateParams{HandlerMode: ptr("async"), ReplyDeadlineMS: ptr(1000), OnDeadLetter: ptr("skip")})
+	inbound(t, b, "c1", "in1")
+	inbound(t, b, "c1", "in2")
+	waitingFor(b, "in2")
+	if _, err := b.Engine.PostReplies(context.Background(), b.Tenant.ID, "in2", repliesJSON("for in2")); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitFor("in2's reply", 10*time.Second, func() bool { return len(b.WhatsApp.Sends()) == 1 })
+	if got := b.Count(`SELECT count(*) FROM ordo.messages WHERE (message_id = 'in1' AND status = 'dead') OR (message_id = 'in2' AND status = 'done')`); got != 2 {
+		t.Fatalf("in1 dead and in2 done: %d of 2", got)
+	}
+	if calls.Load() != 2 {
+		t.Fatalf("handler called %d times, want once per message", calls.Load())
+	}
+}
