@@ -42,7 +42,7 @@ func commands() []command {
 		{name: "keys", summary: "keys rotate | keys generate", run: runKeys, devEnv: true},
 		{name: "dead-letters", summary: "dead-letters list|replay|skip", run: runDeadLetters, devEnv: true},
 		{name: "purge", summary: "purge --tenant S [--before T] [--all]: erase a tenant's content", run: runPurge, devEnv: true},
-		{name: "n8n", summary: "n8n templates --tenant S: ordo's n8n workflows with the tenant's URLs filled in", run: runN8N, devEnv: true},
+		{name: "n8n", summary: "n8n templates --tenant S: ordo's n8n workflows with the tenant's URLs filled in", run: runN8N},
 		{name: "version", summary: "print the build (module version, commit, Go version) as JSON", run: runVersion},
 		{name: "testenv", summary: "run a command against a throwaway Postgres (make test)", run: runTestEnv, hidden: true},
 	}
