@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -49,7 +50,7 @@ func (e *Engine) PostReplies(ctx context.Context, tenantID int64, messageID stri
 	switch verdict {
 	case "accepted":
 		out.Status = "accepted"
-		e.logger.InfoContext(ctx, "async replies posted", "tenant_id", tenantID, "message_id", messageID, "replies", out.Replies)
+		e.logger.InfoContext(ctx, "async replies posted", slog.Int64("tenant_id", tenantID), slog.String("message_id", messageID), slog.Int("replies", out.Replies))
 		return out, nil
 	case "duplicate":
 		out.Status, out.Duplicate = "accepted", true
