@@ -20,6 +20,9 @@ type Step struct {
 	// AmbiguousCount is how many of the step's sends ended without a
 	// definite answer (the message may have gone out).
 	AmbiguousCount int `json:"ambiguous_count"`
+	// RepliesDueAt: a handle step "waiting" for its async handler's replies
+	// waits until then (then the dead-letter policy applies).
+	RepliesDueAt *time.Time `json:"replies_due_at,omitempty"`
 }
 
 // Message is a message with its steps.
@@ -47,7 +50,7 @@ WHERE m.tenant_id = $1 AND m.message_id = $2`
 const stepsQuery = `
 SELECT s.id::text, s.kind, s.status, s.attempts,
        coalesce(s.errors -> -1 ->> 'error', ''), coalesce(s.provider_message_id, ''), coalesce(s.provider_status, ''),
-       s.ambiguous_count
+       s.ambiguous_count, CASE WHEN s.status = 'waiting' THEN s.replies_due_at END
 FROM ordo.steps s JOIN ordo.messages m ON m.id = s.message_pk
 WHERE m.tenant_id = $1 AND m.message_id = $2
 ORDER BY s.idx`
@@ -65,7 +68,7 @@ func (e *Engine) Message(ctx context.Context, tenantID int64, messageID string) 
 	rows, _ := e.pool.Query(ctx, stepsQuery, tenantID, messageID)
 	m.Steps, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Step, error) {
 		var s Step
-		err := r.Scan(&s.ID, &s.Kind, &s.Status, &s.Attempts, &s.LastError, &s.ProviderMessageID, &s.ProviderStatus, &s.AmbiguousCount)
+		err := r.Scan(&s.ID, &s.Kind, &s.Status, &s.Attempts, &s.LastError, &s.ProviderMessageID, &s.ProviderStatus, &s.AmbiguousCount, &s.RepliesDueAt)
 		return s, err
 	})
 	if err != nil {

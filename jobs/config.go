@@ -16,7 +16,7 @@ import (
 // Defaults of Config's fields (a zero field takes its default).
 const (
 	WorkersDefault           = 50
-	HandlerTimeoutDefault    = 10 * time.Second
+	HandlerTimeoutDefault    = 10 * time.Minute
 	SendTimeoutDefault       = 10 * time.Second
 	LeaseDefault             = 30 * time.Second
 	MaxMessagesPerRunDefault = 100
@@ -42,8 +42,10 @@ type Config struct {
 	// Workers is how many conversations one process drains at once (its
 	// runner jobs). Default WorkersDefault.
 	Workers int
-	// HandlerTimeout bounds one call to a tenant's handler. Default
-	// HandlerTimeoutDefault.
+	// HandlerTimeout caps one call to a tenant's handler: each tenant's call
+	// is bounded by its handler_timeout_ms (tenants.HandlerTimeoutDefault
+	// unless changed), cut to HandlerTimeout. Default HandlerTimeoutDefault,
+	// the longest handler_timeout_ms a tenant can set.
 	HandlerTimeout time.Duration
 	// SendTimeout bounds one request to the WhatsApp Cloud API. Default
 	// SendTimeoutDefault.
@@ -51,8 +53,9 @@ type Config struct {
 	// Lease is how long a drain's database session may stay silent before
 	// Postgres ends it, releasing the conversation to another worker; a
 	// stalled worker therefore loses its conversation after Lease. It must
-	// exceed HandlerTimeout and SendTimeout. No external call of a drain
-	// outlives the lease it holds (its deadline is cut to what is left).
+	// exceed SendTimeout. No external call of a drain outlives the lease it
+	// holds: a handler call longer than a lease lengthens the lease for
+	// that call (session.callContext).
 	// Default LeaseDefault.
 	Lease time.Duration
 	// StopTimeout bounds a graceful stop (a deploy's SIGTERM): drains finish
@@ -173,8 +176,8 @@ func (c Config) validate() error {
 	if c.Workers < 1 || c.MaxMessagesPerRun < 1 {
 		return errors.New("jobs: Workers and MaxMessagesPerRun must be positive")
 	}
-	if c.Lease <= c.HandlerTimeout || c.Lease <= c.SendTimeout {
-		return fmt.Errorf("jobs: Lease (%s) must exceed HandlerTimeout (%s) and SendTimeout (%s)", c.Lease, c.HandlerTimeout, c.SendTimeout)
+	if c.Lease <= c.SendTimeout {
+		return fmt.Errorf("jobs: Lease (%s) must exceed SendTimeout (%s)", c.Lease, c.SendTimeout)
 	}
 	if c.PaceMaxSleep >= c.Lease {
 		return fmt.Errorf("jobs: PaceMaxSleep (%s) must be below Lease (%s)", c.PaceMaxSleep, c.Lease)

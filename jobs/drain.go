@@ -47,6 +47,12 @@ type hooks struct {
 	beforeFinish func(conv int64)   // a drain found nothing left and is about to finish
 	beforeEffect func(stepID int64) // a step's attempt is recorded as running, its call not made yet
 	afterEffect  func(stepID int64) // a step's effect happened, its result is not recorded yet
+	// awaitingReplies: a drain found an async handle step with no replies
+	// yet and is about to park its conversation until the deadline.
+	awaitingReplies func(stepID int64)
+	// beforeExpire: a drain found an async handle step past its deadline
+	// with no replies and is about to dead-letter it.
+	beforeExpire func(stepID int64)
 }
 
 func newDrainer(cfg Config, pool *pgxpool.Pool, ts *tenants.Store, vault *tenants.Vault, logger *slog.Logger) *Drainer {

@@ -8,3 +8,12 @@ func SetHooks(r *Runner, beforeFinish func(conv int64), afterEffect func(stepID 
 // SetBeforeEffect sets the hook that runs once a step's attempt is recorded
 // as running and before its external call.
 func SetBeforeEffect(r *Runner, f func(stepID int64)) { r.drainer.hooks.beforeEffect = f }
+
+// SetReplyHooks sets the hooks that run when a drain is about to park a
+// conversation whose async handler has not posted its replies yet
+// (awaiting), and when it is about to dead-letter one past its deadline
+// (beforeExpire).
+func SetReplyHooks(r *Runner, awaiting, beforeExpire func(stepID int64)) {
+	r.drainer.hooks.awaitingReplies = awaiting
+	r.drainer.hooks.beforeExpire = beforeExpire
+}

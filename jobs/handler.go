@@ -34,66 +34,128 @@ const maxHandlerAnswer = 1 << 20
 // "sha256=<hex HMAC-SHA256>" form as Meta's (whatsapp.Sign).
 func Sign(secret, body []byte) string { return whatsapp.Sign(string(secret), body) }
 
-// callHandler POSTs m to the tenant's handler and returns its replies as a
-// JSON array. A tenant without a handler keeps its inbound messages and
-// answers nothing. 5xx, 408, 429, timeouts and connection errors are retried;
-// other 4xx and malformed answers are permanent.
-func (r *run) callHandler(ctx context.Context, m message) (json.RawMessage, error) {
+// handlerAnswer is what a handler call came to.
+type handlerAnswer struct {
+	// replies are the replies to send, a JSON array ("[]": none).
+	replies json.RawMessage
+	// wait: the replies will be posted to /v1/messages/{id}/replies (the
+	// tenant's handler_mode is async, or the handler answered 202).
+	wait bool
+}
+
+// callHandler POSTs m to the tenant's handler and reads its answer by the
+// tenant's handler_mode: sync, the replies are in the answer (a 202 makes
+// this message async); async, any 2xx means the replies will be posted;
+// notify, any 2xx is done. A tenant without a handler keeps its inbound
+// messages and answers nothing. 5xx, 404, 408, 410, 429, timeouts and
+// connection errors are retried; other 4xx and malformed answers are
+// permanent.
+func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error) {
+	none := handlerAnswer{replies: json.RawMessage("[]")}
 	if r.tenant.HandlerURL == "" {
-		return json.RawMessage("[]"), nil
+		return none, nil
 	}
-	if r.secret == nil {
-		secret, err := r.d.tenants.HandlerSecret(ctx, r.tenant.ID)
-		if errors.Is(err, tenants.ErrNotFound) || errors.Is(err, tenants.ErrUnreadable) {
-			// Every call of the tenant would fail alike until an operator
-			// acts: pause the tenant rather than burn attempts for ever.
-			return nil, &failure{msg: "handler secret cannot be read (set it again with `ordo tenant update`, or check ORDO_MASTER_KEYS)", action: actPause}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("load handler secret: %w", err)
-		}
-		r.secret = secret
+	if err := r.loadHandlerSecrets(ctx); err != nil {
+		return handlerAnswer{}, err
 	}
 	body, err := encodeHandlerRequest(handlerRequest{
 		Tenant: r.tenant.Slug, ConversationID: r.conversationID, MessageID: m.id, Seq: m.seq, Payload: m.payload,
 	})
 	if err != nil {
-		return nil, &failure{msg: "encode handler request: " + err.Error(), action: actDeadLetter}
+		return handlerAnswer{}, &failure{msg: "encode handler request: " + err.Error(), action: actDeadLetter}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.tenant.HandlerURL, bytes.NewReader(body))
 	if err != nil {
-		return nil, &failure{msg: "handler_url: " + err.Error(), action: actDeadLetter}
+		return handlerAnswer{}, &failure{msg: "handler_url: " + err.Error(), action: actDeadLetter}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "ordo")
+	if r.auth != nil {
+		r.auth.Apply(req)
+	}
 	req.Header.Set("X-Ordo-Signature", Sign(r.secret, body))
 	req.Header.Set("Idempotency-Key", r.tenant.Slug+":"+m.id)
 	resp, err := r.d.handlers.Do(req)
 	if err != nil {
-		return nil, &failure{msg: "handler unreachable: " + redactURL(err)}
+		if cause := redactURL(err); cause != "timeout" {
+			return handlerAnswer{}, &failure{msg: "handler unreachable: " + cause + handlerDown}
+		}
+		return handlerAnswer{}, &failure{msg: fmt.Sprintf("handler timeout: no answer within the tenant's handler_timeout (%s); "+
+			"a slow workflow needs `ordo tenant update --handler-timeout` raised, or --handler-mode async (n8n answers at once, the workflow posts its replies)", r.handlerTimeout())}
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxHandlerAnswer+1))
 	if err != nil {
-		return nil, &failure{msg: "read handler answer: " + err.Error()}
+		return handlerAnswer{}, &failure{msg: "read handler answer: " + err.Error()}
 	}
 	switch code := resp.StatusCode; {
 	case code == http.StatusNotFound, code == http.StatusGone:
 		// n8n answers 404 "webhook … is not registered" while it restarts
 		// and while the workflow is switched off for an edit: retried, not
 		// a reason to halt every conversation that gets a message meanwhile.
-		return nil, &failure{msg: "handler answered " + strconv.Itoa(code) + ": is the n8n workflow active (and its Webhook node's path the handler URL's)?", retryAfter: retryAfter(resp.Header.Get("Retry-After"))}
-	case code >= 500, code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:
-		return nil, &failure{msg: "handler answered " + strconv.Itoa(code), retryAfter: retryAfter(resp.Header.Get("Retry-After"))}
+		return handlerAnswer{}, &failure{msg: "handler answered " + strconv.Itoa(code) + handlerDown + " (and its Webhook node's path the handler URL's?)", retryAfter: retryAfter(resp.Header.Get("Retry-After"))}
+	case code >= 500:
+		return handlerAnswer{}, &failure{msg: "handler answered " + strconv.Itoa(code) + handlerDown, retryAfter: retryAfter(resp.Header.Get("Retry-After"))}
+	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:
+		return handlerAnswer{}, &failure{msg: "handler answered " + strconv.Itoa(code), retryAfter: retryAfter(resp.Header.Get("Retry-After"))}
 	case code >= 300 && code < 400:
-		return nil, &failure{msg: "handler answered " + strconv.Itoa(code) + ": redirects are not followed (a signed call must reach the URL it was signed for); set handler_url to the final URL", action: actDeadLetter}
+		return handlerAnswer{}, &failure{msg: "handler answered " + strconv.Itoa(code) + ": redirects are not followed (a signed call must reach the URL it was signed for); set handler_url to the final URL", action: actDeadLetter}
+	case code == http.StatusUnauthorized, code == http.StatusForbidden:
+		return handlerAnswer{}, &failure{msg: "handler answered " + strconv.Itoa(code) + ": it refused ordo's call; if its Webhook node checks Header Auth or Basic Auth, store the same with `ordo credential set --name " + tenants.HandlerAuthCredential + "`", action: actDeadLetter}
 	case code < 200 || code > 299:
-		return nil, &failure{msg: "handler answered " + strconv.Itoa(code), action: actDeadLetter}
+		return handlerAnswer{}, &failure{msg: "handler answered " + strconv.Itoa(code), action: actDeadLetter}
+	}
+	switch {
+	case r.tenant.HandlerMode == "notify":
+		return none, nil // the workflow sends through /v1/messages itself
+	case r.tenant.HandlerMode == "async", resp.StatusCode == http.StatusAccepted:
+		return handlerAnswer{wait: true}, nil
 	}
 	if len(answer) > maxHandlerAnswer {
-		return nil, &failure{msg: "handler answer larger than 1 MiB", action: actDeadLetter}
+		return handlerAnswer{}, &failure{msg: "handler answer larger than 1 MiB", action: actDeadLetter}
 	}
-	return parseReplies(answer)
+	replies, err := parseReplies(answer)
+	return handlerAnswer{replies: replies}, err
+}
+
+// handlerDown ends the reason of a failure that means the handler is not
+// there right now (the retries' last one is the dead letter's reason).
+const handlerDown = ": is the n8n workflow active?"
+
+// loadHandlerSecrets reads, once per run, the tenant's handler secret (the
+// signature's key) and its handler auth (none when not set). One that
+// cannot be read makes every call of the tenant fail alike until an
+// operator acts: the tenant is paused rather than burn attempts for ever.
+func (r *run) loadHandlerSecrets(ctx context.Context) error {
+	if r.secret != nil {
+		return nil
+	}
+	secret, err := r.d.tenants.HandlerSecret(ctx, r.tenant.ID)
+	if errors.Is(err, tenants.ErrNotFound) || errors.Is(err, tenants.ErrUnreadable) {
+		return &failure{msg: "handler secret cannot be read (set it again with `ordo tenant update`, or check ORDO_MASTER_KEYS)", action: actPause}
+	}
+	if err != nil {
+		return fmt.Errorf("load handler secret: %w", err)
+	}
+	auth, err := r.d.tenants.HandlerAuth(ctx, r.tenant.ID)
+	if errors.Is(err, tenants.ErrUnreadable) {
+		return &failure{msg: "handler auth cannot be read (set it again with `ordo credential set --name " + tenants.HandlerAuthCredential + "`, or check ORDO_MASTER_KEYS)", action: actPause}
+	}
+	if err != nil {
+		return fmt.Errorf("load handler auth: %w", err)
+	}
+	r.secret, r.auth = secret, auth
+	return nil
+}
+
+// handlerTimeout bounds one call of the tenant's handler: its
+// handler_timeout_ms, within the process's Config.HandlerTimeout.
+func (r *run) handlerTimeout() time.Duration {
+	t := time.Duration(r.tenant.HandlerTimeoutMS) * time.Millisecond
+	if t <= 0 || t > r.d.cfg.HandlerTimeout {
+		return r.d.cfg.HandlerTimeout
+	}
+	return t
 }
 
 // encodeHandlerRequest is the body of a handler call: JSON without HTML

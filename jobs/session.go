@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -71,17 +72,42 @@ func (s *session) leaseLeft() time.Duration {
 
 const refreshQuery = `SELECT ordo.check_fence($1, $2)`
 
+// stretchQuery lengthens the drain's lease for one external call longer
+// than a lease (a tenant's handler_timeout_ms may be up to 10 minutes): the
+// session's idle_session_timeout, and the ready row's due time, so the
+// scheduler neither retries the held conversation meanwhile nor — the
+// worker dead — claims it before the call could have ended. Conversation
+// row (the fence) first, then the ready row: sql/LOCKING.md.
+const (
+	stretchQuery      = `SELECT ordo.check_fence($1, $2), set_config('idle_session_timeout', $3, false)`
+	stretchReadyQuery = `UPDATE ordo.ready SET due_at = greatest(due_at, now() + make_interval(secs => $2::float8 / 1000)) WHERE conversation_pk = $1`
+)
+
+// leaseFor is the lease that leaves timeout after leaseMargin.
+func leaseFor(timeout time.Duration) time.Duration { return timeout + timeout/9 + time.Second }
+
 // callContext bounds an external call (a send, a handler call) of at most
 // timeout by the lease the drain holds: no call outlives the lock that
 // makes it this drain's alone. When less than timeout is left, the lease is
-// renewed first with a fence check (one round trip), which fails — and no
-// call is made — when the drain lost the conversation meanwhile (stalled
-// past its lease, its session ended by Postgres, a newer drain in charge).
+// renewed first with a fence check (one round trip), and lengthened for the
+// call when timeout is longer than a lease; that fails — and no call is
+// made — when the drain lost the conversation meanwhile (stalled past its
+// lease, its session ended by Postgres, a newer drain in charge).
 func (s *session) callContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc, error) {
 	if s.leaseLeft() < timeout {
-		s.touch()
-		if _, err := s.conn.Exec(ctx, refreshQuery, s.conv, s.fence); err != nil {
-			return nil, nil, s.written(fmt.Errorf("renew lease: %w", err))
+		if need := leaseFor(timeout); need > s.lease {
+			b := &pgx.Batch{}
+			b.Queue(stretchQuery, s.conv, s.fence, strconv.FormatInt(need.Milliseconds(), 10))
+			b.Queue(stretchReadyQuery, s.conv, need.Milliseconds())
+			if err := s.send(ctx, b); err != nil {
+				return nil, nil, fmt.Errorf("lengthen lease: %w", err)
+			}
+			s.lease = need
+		} else {
+			s.touch()
+			if _, err := s.conn.Exec(ctx, refreshQuery, s.conv, s.fence); err != nil {
+				return nil, nil, s.written(fmt.Errorf("renew lease: %w", err))
+			}
 		}
 	}
 	left := s.leaseLeft()

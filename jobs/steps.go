@@ -54,6 +54,7 @@ type run struct {
 	cred           *whatsapp.Credential
 	credentialAt   *time.Time // the credential row's updated_at, read on takeover
 	secret         []byte
+	auth           *tenants.HandlerAuth // the tenant's handler auth; nil: none
 	// prefetch: the current message's last write reads the next message
 	// (the run goes on to it); prefetched: the message in hand was read so.
 	prefetch, prefetched bool
@@ -198,6 +199,13 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 		}
 		return r.pauseSending(ctx, st, r.tenant.SendingPausedReason, entry)
 	}
+	if st.kind == "handle" && !st.started && st.id != 0 {
+		// Called before: its replies may have been posted meanwhile, or it
+		// is waiting for them (async).
+		if out, handled, err := r.awaitReplies(ctx, m, st, last); err != nil || handled {
+			return out, err
+		}
+	}
 	if !st.started {
 		if out, ok, err := r.ready(ctx, m, st, last); err != nil || !ok {
 			return out, err
@@ -217,7 +225,7 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 
 	timeout := r.d.cfg.SendTimeout
 	if st.kind == "handle" {
-		timeout = r.d.cfg.HandlerTimeout
+		timeout = r.handlerTimeout()
 	}
 	callCtx, cancel, err := r.s.callContext(ctx, timeout)
 	if err != nil {
@@ -225,11 +233,13 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 	}
 	var (
 		providerID *string
+		answer     handlerAnswer
 		replies    json.RawMessage
 	)
 	switch st.kind {
 	case "handle":
-		replies, err = r.callHandler(callCtx, m)
+		answer, err = r.callHandler(callCtx, m)
+		replies = answer.replies
 	case "send":
 		var id string
 		id, err = r.send(callCtx, st)
@@ -249,6 +259,9 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 			f = &failure{msg: err.Error()}
 		}
 		return r.failed(ctx, m, st, f)
+	}
+	if answer.wait {
+		return r.waitReplies(ctx, m, st, last)
 	}
 	if len(replies) <= 2 { // "[]": no replies, no more steps
 		replies = nil
@@ -530,10 +543,19 @@ func (r *run) failed(ctx context.Context, m message, st *step, f *failure) (outc
 // step's error history (plus entry, if any), and halts or skips on per the
 // tenant's policy.
 func (r *run) deadLetter(ctx context.Context, m message, st *step, reason string, entry []byte) (outcome, error) {
+	return r.deadLetterWith(ctx, m, st, reason, entry, nil)
+}
+
+// deadLetterWith is deadLetter with guard's statements first in the write
+// (after the fence check): one that raises rolls the dead letter back.
+func (r *run) deadLetterWith(ctx context.Context, m message, st *step, reason string, entry []byte, guard func(*pgx.Batch)) (outcome, error) {
 	if entry == nil {
 		entry = []byte("[]")
 	}
 	b := &pgx.Batch{}
+	if guard != nil {
+		guard(b)
+	}
 	b.Queue(killStep, st.id, entry)
 	b.Queue(messageDead, m.pk)
 	b.Queue(insertDeadLetter, r.tenant.ID, m.pk, st.id, reason)

@@ -5,3 +5,8 @@ package sql
 // was taken over, and the write rolls back. Standard codes come from
 // github.com/jackc/pgerrcode.
 const SQLStateStaleFence = "ORF01"
+
+// SQLStateRepliesArrived is raised by ordo.check_no_replies when an async
+// handler's replies were posted while the drain was giving up on them: the
+// drain's dead letter rolls back and the replies are sent instead.
+const SQLStateRepliesArrived = "ORR01"

@@ -78,6 +78,22 @@ type Tenant struct {
 	EventsURL string `json:"events_url"`
 }
 
+// Redacted returns t with any password in its URLs replaced by "xxxxx":
+// for display. A handler URL with credentials is refused since issue 16,
+// but one stored before is still used as it is, and never printed.
+func (t Tenant) Redacted() Tenant {
+	for _, u := range []*string{&t.HandlerURL, &t.EventsURL} {
+		if p, err := url.Parse(*u); err == nil && p.User != nil {
+			*u = p.Redacted()
+			if _, hasPassword := p.User.Password(); !hasPassword {
+				p.User = url.User("xxxxx") // a lone user name may be the secret
+				*u = p.String()
+			}
+		}
+	}
+	return t
+}
+
 // Defaults of the settings a tenant starts with (the columns' defaults in
 // sql/migrations/000004_tenant_settings.up.sql).
 const (
@@ -441,6 +457,13 @@ func validateURL(field, s string) error {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return invalid(field, "must be an absolute http or https URL")
+	}
+	if u.User != nil {
+		// Userinfo would be stored in plain text and printed by every
+		// command that shows the tenant.
+		return invalid(field, "must not carry credentials (user:password@): store the handler's Basic Auth or Header Auth "+
+			"encrypted with `ordo credential set --tenant <slug> --name %s --from-file -` "+
+			`({"basic_user": "…", "basic_password": "…"} or {"header": "<name>", "value": "<secret>"})`, HandlerAuthCredential)
 	}
 	return nil
 }

@@ -213,6 +213,13 @@ func (v *Vault) Put(ctx context.Context, q Querier, tenantID int64, name string,
 	if len(value) > maxCredentialSize {
 		return invalid("value", "must be at most %d KiB", maxCredentialSize>>10)
 	}
+	if name == HandlerAuthCredential {
+		// Refused now rather than at the handler call, where it would
+		// pause the tenant.
+		if _, err := ParseHandlerAuth(value); err != nil {
+			return err
+		}
+	}
 	if q == nil {
 		q = v.pool
 	}

@@ -25,6 +25,7 @@ var statuses = map[engine.Code]int{
 	engine.CodeUnauthorized: http.StatusUnauthorized,
 	engine.CodeNotFound:     http.StatusNotFound,
 	engine.CodeConflict:     http.StatusConflict,
+	engine.CodeNotWaiting:   http.StatusConflict,
 	engine.CodeTooLarge:     http.StatusRequestEntityTooLarge,
 	engine.CodeUnsupported:  http.StatusUnsupportedMediaType,
 	engine.CodeRateLimited:  http.StatusTooManyRequests,

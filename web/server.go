@@ -190,6 +190,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	api(http.MethodPost, "/messages", s.postMessage)
 	api(http.MethodGet, "/messages/{message_id}", s.getMessage)
+	api(http.MethodPost, "/messages/{message_id}/replies", s.postReplies)
 	api(http.MethodGet, "/conversations/{conversation_id}", s.getConversation)
 	api(http.MethodGet, "/dead-letters", s.listDeadLetters)
 	api(http.MethodGet, "/dead-letters/{id}", s.getDeadLetter)

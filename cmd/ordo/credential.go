@@ -12,7 +12,7 @@ import (
 	"github.com/ordo-dev/ordo/cmd/internal/cli"
 )
 
-const credentialUsage = "ordo credential set --tenant S --name whatsapp --from-file F|-"
+const credentialUsage = "ordo credential set --tenant S --name whatsapp|handler_auth --from-file F|-"
 
 // maxCredentialFile bounds what is read; the vault refuses more than 64 KiB.
 const maxCredentialFile = 1 << 20

@@ -15,7 +15,7 @@ import (
 // command fails on a bad URL before it does any work.
 func openPool(ctx context.Context, env *cli.Env) (*pgxpool.Pool, error) {
 	if env.DatabaseURL == "" {
-		return nil, errors.New("DATABASE_URL is not set")
+		return nil, errors.New("DATABASE_URL is not set (against `make dev`, run the command from the directory holding .ordo/, whose env file gives it)")
 	}
 	cfg, err := pgxpool.ParseConfig(env.DatabaseURL)
 	if err != nil {

@@ -26,14 +26,17 @@ import (
 )
 
 // devDir holds what ordo dev makes for itself: the Postgres cluster, the
-// master key, the admin password and the demo tenant's key.
-const devDir = ".ordo"
+// master key, the admin password, the demo tenant's key and the env file
+// the operator commands read (cli.WriteDevEnv).
+const devDir = cli.DevDir
 
 // demoState is the demo tenant's key, kept in .ordo/ so a second `ordo dev`
 // can print it again (a real tenant's key is shown once only).
 type demoState struct {
 	Tenant string `json:"tenant"`
 	APIKey string `json:"api_key"`
+	// HandlerSecret is read from the vault on each start, not kept here.
+	HandlerSecret string `json:"-"`
 }
 
 // runDev is `ordo dev`: everything on one machine, for a first try.
@@ -107,6 +110,11 @@ func runDev(ctx context.Context, env *cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// `ordo tenant …` from this directory reaches this server's database
+	// with its key, nothing set by hand.
+	if err := cli.WriteDevEnv(dir, databaseURL, strings.TrimSpace(keysText)); err != nil {
+		return err
+	}
 	cfg := server.Config{
 		Role: "all", DatabaseURL: databaseURL, Addr: addr, Keys: keys,
 		Jobs: jobs.Config{Workers: 20, WhatsAppAPIURL: waURL},
@@ -116,6 +124,7 @@ func runDev(ctx context.Context, env *cli.Env, args []string) error {
 ordo dev is running.
 
   API          %[1]s/v1   (Authorization: Bearer %[2]s)
+  handler      the demo tenant's handler secret (X-Ordo-Signature's HMAC key): %[6]s
   admin page   %[1]s/admin   (any user name, password %[3]s)
   health       %[1]s/readyz
   sandbox      sends go to the built-in WhatsApp stand-in: %[1]s/sandbox/sends
@@ -126,8 +135,14 @@ Try it:
     -H 'Content-Type: application/json' \
     -d '{"message_id":"hello-1","conversation_id":"16505551234","type":"text","text":{"body":"Hello from ordo"}}'
 
+Point the demo tenant at a handler (an n8n Webhook node, say); from this
+directory the ordo commands need no variables (they read %[5]s/env):
+  ordo tenant update --slug demo --handler-url http://localhost:5678/webhook/ordo \
+    --handler-mode sync --handler-timeout %[7]s
+  ordo tenant create --slug second
+
 Ctrl-C stops it; the data stays in %[5]s for the next start.
-`, base, demo.APIKey, adminPassword, redactURL(databaseURL), dir)
+`, base, demo.APIKey, adminPassword, redactURL(databaseURL), dir, demo.HandlerSecret, tenants.HandlerTimeoutDefault)
 		},
 	}
 	return server.Run(ctx, env.Logger, cfg)
@@ -147,9 +162,18 @@ func ensureDemoTenant(ctx context.Context, databaseURL string, keys []tenants.Ma
 		return st, err
 	}
 	store := tenants.NewStore(pool, vault)
+	withSecret := func(st demoState) (demoState, error) {
+		t, err := store.BySlug(ctx, st.Tenant)
+		if err != nil {
+			return st, err
+		}
+		secret, err := store.HandlerSecret(ctx, t.ID)
+		st.HandlerSecret = string(secret)
+		return st, err
+	}
 	if b, err := os.ReadFile(stateFile); err == nil && json.Unmarshal(b, &st) == nil {
 		if _, err := store.Authenticate(ctx, st.APIKey); err == nil {
-			return st, nil
+			return withSecret(st)
 		}
 	}
 	created, err := store.Create(ctx, tenants.CreateParams{Slug: "demo", Name: "Demo (sandbox)"})
@@ -172,7 +196,10 @@ func ensureDemoTenant(ctx context.Context, databaseURL string, keys []tenants.Ma
 		}
 	}
 	b, _ := json.Marshal(st)
-	return st, os.WriteFile(stateFile, b, 0o600)
+	if err := os.WriteFile(stateFile, b, 0o600); err != nil {
+		return st, err
+	}
+	return withSecret(st)
 }
 
 // devSecret reads a secret ordo dev keeps in a file, making it on first use.

@@ -26,19 +26,22 @@ type command struct {
 	summary string
 	run     func(ctx context.Context, env *cli.Env, args []string) error
 	hidden  bool
+	// devEnv: an operator command, which reads DATABASE_URL and
+	// ORDO_MASTER_KEYS, when unset, from a running `ordo dev`'s env file.
+	devEnv bool
 }
 
 func commands() []command {
 	return []command{
 		{name: "dev", summary: "run everything locally on a private Postgres under ./.ordo/", run: runDev},
 		{name: "serve", summary: "run the production server (--role all|api|worker); needs DATABASE_URL", run: runServe},
-		{name: "migrate", summary: "migrate up | down --yes | version (ordo's tables, River's, the SQL functions)", run: runMigrate},
-		{name: "tenant", summary: "tenant create|update|list", run: runTenant},
-		{name: "apikey", summary: "apikey create --tenant S | revoke --prefix P | list --tenant S", run: runAPIKey},
-		{name: "credential", summary: "credential set --tenant S --name whatsapp --from-file F|-", run: runCredential},
-		{name: "keys", summary: "keys rotate | keys generate", run: runKeys},
-		{name: "dead-letters", summary: "dead-letters list|replay|skip", run: runDeadLetters},
-		{name: "purge", summary: "purge --tenant S [--before T] [--all]: erase a tenant's content", run: runPurge},
+		{name: "migrate", summary: "migrate up | down --yes | version (ordo's tables, River's, the SQL functions)", run: runMigrate, devEnv: true},
+		{name: "tenant", summary: "tenant create|update|list", run: runTenant, devEnv: true},
+		{name: "apikey", summary: "apikey create --tenant S | revoke --prefix P | list --tenant S", run: runAPIKey, devEnv: true},
+		{name: "credential", summary: "credential set --tenant S --name whatsapp|handler_auth --from-file F|-", run: runCredential, devEnv: true},
+		{name: "keys", summary: "keys rotate | keys generate", run: runKeys, devEnv: true},
+		{name: "dead-letters", summary: "dead-letters list|replay|skip", run: runDeadLetters, devEnv: true},
+		{name: "purge", summary: "purge --tenant S [--before T] [--all]: erase a tenant's content", run: runPurge, devEnv: true},
 		{name: "n8n", summary: "n8n templates --tenant S: ordo's n8n workflows with the tenant's URLs filled in", run: runN8N},
 		{name: "version", summary: "print the build (module version, commit, Go version) as JSON", run: runVersion},
 		{name: "testenv", summary: "run a command against a throwaway Postgres (make test)", run: runTestEnv, hidden: true},
@@ -71,6 +74,12 @@ func run(ctx context.Context, env *cli.Env, args []string) int {
 		}
 		if slices.ContainsFunc(rest, isHelp) {
 			return commandHelp(ctx, env, c, name, rest)
+		}
+		if c.devEnv {
+			if _, err := env.UseDevEnv(); err != nil {
+				fmt.Fprintf(env.Stderr, "ordo %s: %v\n", name, err)
+				return 1
+			}
 		}
 		err := c.run(ctx, env, rest)
 		if errors.Is(err, flag.ErrHelp) {

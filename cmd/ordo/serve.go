@@ -22,7 +22,7 @@ func runServe(ctx context.Context, env *cli.Env, args []string) error {
 	var jc jobs.Config
 	fs.DurationVar(&jc.Lease, "lease", 0, fmt.Sprintf("how long a stalled or dead drain keeps its conversation (default %s)", jobs.LeaseDefault))
 	fs.DurationVar(&jc.SendTimeout, "send-timeout", 0, "bound on one WhatsApp send (default 10s)")
-	fs.DurationVar(&jc.HandlerTimeout, "handler-timeout", 0, "bound on one handler call (default 10s)")
+	fs.DurationVar(&jc.HandlerTimeout, "handler-timeout", 0, fmt.Sprintf("cap on any tenant's handler call (each tenant's own is its handler_timeout, `ordo tenant update --handler-timeout`) (default %s)", jobs.HandlerTimeoutDefault))
 	fs.DurationVar(&jc.ReconcileWait, "reconcile-wait", 0, "how long an ambiguous send waits for a status webhook before a resend (default 30s)")
 	fs.DurationVar(&jc.RetryMax, "retry-max", 0, "longest backoff between a step's attempts (default 5m)")
 	fs.DurationVar(&jc.StopTimeout, "stop-timeout", 0, "how long SIGTERM waits for in-flight steps before cancelling them (default: the longer of --send-timeout and --handler-timeout plus 5s)")

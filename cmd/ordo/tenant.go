@@ -144,7 +144,7 @@ func tenantUpdate(ctx context.Context, env *cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return cli.PrintJSON(env.Stdout, t)
+	return cli.PrintJSON(env.Stdout, t.Redacted())
 }
 
 // tenantResume lifts a tenant's sending pause (set when Meta refused its
@@ -189,7 +189,7 @@ func tenantList(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	for _, t := range list {
-		if err := cli.PrintJSON(env.Stdout, t); err != nil {
+		if err := cli.PrintJSON(env.Stdout, t.Redacted()); err != nil {
 			return err
 		}
 	}

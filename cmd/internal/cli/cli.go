@@ -30,6 +30,9 @@ type Env struct {
 	// WhatsAppAPIURL is ORDO_WHATSAPP_API_URL; empty: the Cloud API (serve)
 	// or the sandbox (dev).
 	WhatsAppAPIURL string
+	// DevDir is where a running `ordo dev` left its env file (UseDevEnv);
+	// ReadEnv sets it to DevDir; empty: none.
+	DevDir         string
 	Stdout, Stderr io.Writer
 	// Logger logs JSON to stderr at ORDO_LOG_LEVEL (default info).
 	Logger *slog.Logger
@@ -43,6 +46,7 @@ func ReadEnv() *Env {
 		MasterKeys:     os.Getenv("ORDO_MASTER_KEYS"),
 		AdminPassword:  os.Getenv("ORDO_ADMIN_PASSWORD"),
 		WhatsAppAPIURL: os.Getenv("ORDO_WHATSAPP_API_URL"),
+		DevDir:         DevDir,
 		Stdout:         os.Stdout,
 		Stderr:         os.Stderr,
 		Logger:         slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()})),
@@ -60,7 +64,9 @@ func logLevel() slog.Level {
 // MasterKeys parses ORDO_MASTER_KEYS.
 func MasterKeys(env *Env) ([]tenants.MasterKey, error) {
 	if env.MasterKeys == "" {
-		return nil, errors.New("ORDO_MASTER_KEYS is not set: create a key with `ordo keys generate` and set ORDO_MASTER_KEYS=<id:base64>")
+		return nil, errors.New("ORDO_MASTER_KEYS is not set: set it to the server's own keys (credentials sealed under another key cannot be read); " +
+			"against `make dev`, run the command from the directory holding .ordo/, whose env file gives them. " +
+			"A new deployment makes its first key with `ordo keys generate`")
 	}
 	keys, err := tenants.ParseMasterKeys(env.MasterKeys)
 	if err != nil {
