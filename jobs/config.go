@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ordo-dev/ordo/tenants"
 )
 
 // Defaults of Config's fields (a zero field takes its default).
@@ -61,7 +63,9 @@ type Config struct {
 	// StopTimeout bounds a graceful stop (a deploy's SIGTERM): drains finish
 	// the step in flight, record it and release their conversations; what is
 	// still running after StopTimeout is cancelled. Default the longer of
-	// HandlerTimeout and SendTimeout plus StopGraceExtra.
+	// SendTimeout and the tenants' default handler timeout
+	// (tenants.HandlerTimeoutDefault, or HandlerTimeout if shorter) plus
+	// StopGraceExtra: about 35 s.
 	StopTimeout time.Duration
 	// MaxMessagesPerRun and MaxRunTime bound one drain run, after which a busy
 	// conversation yields its worker and requeues itself. Defaults
@@ -153,7 +157,11 @@ func (c Config) WithDefaults() Config {
 	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, HandlerTimeoutDefault)
 	c.SendTimeout = cmp.Or(c.SendTimeout, SendTimeoutDefault)
 	c.Lease = cmp.Or(c.Lease, LeaseDefault)
-	c.StopTimeout = cmp.Or(c.StopTimeout, max(c.HandlerTimeout, c.SendTimeout)+StopGraceExtra)
+	// A deploy waits for the handler calls of tenants on the default
+	// timeout, not for the longest one a tenant may set (10 min): a longer
+	// call cut off by the hard stop is settled by the next drain and called
+	// again with the same Idempotency-Key.
+	c.StopTimeout = cmp.Or(c.StopTimeout, max(min(c.HandlerTimeout, tenants.HandlerTimeoutDefault), c.SendTimeout)+StopGraceExtra)
 	c.MaxRunTime = cmp.Or(c.MaxRunTime, MaxRunTimeDefault)
 	c.TurnSlice = cmp.Or(c.TurnSlice, TurnSliceDefault)
 	c.RetryBase = cmp.Or(c.RetryBase, RetryBaseDefault)
