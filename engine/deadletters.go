@@ -105,10 +105,12 @@ WHERE d.id = $1 AND ($2 = 0 OR d.tenant_id = $2)`
 const lockConversation = `SELECT 1 FROM ordo.conversations WHERE id = $1 FOR UPDATE`
 
 const lockDeadLetter = `
-SELECT d.message_pk, m.conversation_pk, m.seq, c.head_seq, c.halted_at IS NOT NULL
+SELECT d.message_pk, m.conversation_pk, m.seq, c.head_seq, c.halted_at IS NOT NULL,
+       t.slug, c.conversation_id, m.message_id
 FROM ordo.dead_letters d
 JOIN ordo.messages m ON m.id = d.message_pk
 JOIN ordo.conversations c ON c.id = m.conversation_pk
+JOIN ordo.tenants t ON t.id = d.tenant_id
 WHERE d.id = $1 AND ($2 = 0 OR d.tenant_id = $2) AND d.resolved_at IS NULL
 FOR UPDATE OF d`
 
@@ -149,16 +151,21 @@ const skipPassed = `UPDATE ordo.messages SET status = 'skipped' WHERE id = $1`
 const ensureDrain = `SELECT ordo.ensure_drain($1)`
 
 // Replay runs a dead-lettered message again, in its conversation's order.
-func (e *Engine) Replay(ctx context.Context, tenantID int64, id string) (DeadLetter, error) {
-	return e.resolve(ctx, tenantID, id, "replayed")
+// actor (AdminActor, ActorCLI, APIActor) is recorded in the audit log by
+// the same transaction.
+func (e *Engine) Replay(ctx context.Context, tenantID int64, id, actor string) (DeadLetter, error) {
+	return e.resolve(ctx, tenantID, id, "replayed", actor, nil)
 }
 
-// Skip gives up on a dead-lettered message and lets its conversation go on.
-func (e *Engine) Skip(ctx context.Context, tenantID int64, id string) (DeadLetter, error) {
-	return e.resolve(ctx, tenantID, id, "skipped")
+// Skip gives up on a dead-lettered message and lets its conversation go on;
+// actor is audited as for Replay.
+func (e *Engine) Skip(ctx context.Context, tenantID int64, id, actor string) (DeadLetter, error) {
+	return e.resolve(ctx, tenantID, id, "skipped", actor, nil)
 }
 
-func (e *Engine) resolve(ctx context.Context, tenantID int64, id, resolution string) (DeadLetter, error) {
+// resolve replays or skips one dead letter in one transaction, audited
+// there with details (nil: none).
+func (e *Engine) resolve(ctx context.Context, tenantID int64, id, resolution, actor string, details json.RawMessage) (DeadLetter, error) {
 	n, err := strconv.ParseInt(id, 10, 64)
 	if err != nil {
 		return DeadLetter{}, Errorf(CodeNotFound, "dead letter not found")
@@ -167,13 +174,14 @@ func (e *Engine) resolve(ctx context.Context, tenantID int64, id, resolution str
 		var (
 			messagePK, convPK, seq, head int64
 			halted                       bool
+			slug, convID, messageID      string
 		)
 		err := tx.QueryRow(ctx, deadLetterConversation, n, tenantID).Scan(&convPK)
 		if err == nil {
 			_, err = tx.Exec(ctx, lockConversation, convPK)
 		}
 		if err == nil {
-			err = tx.QueryRow(ctx, lockDeadLetter, n, tenantID).Scan(&messagePK, &convPK, &seq, &head, &halted)
+			err = tx.QueryRow(ctx, lockDeadLetter, n, tenantID).Scan(&messagePK, &convPK, &seq, &head, &halted, &slug, &convID, &messageID)
 		}
 		if err != nil {
 			if err == pgx.ErrNoRows {
@@ -207,6 +215,11 @@ func (e *Engine) resolve(ctx context.Context, tenantID int64, id, resolution str
 			return err
 		}
 		if _, err := tx.Exec(ctx, resolveDeadLetter, n, resolution); err != nil {
+			return err
+		}
+		action := map[string]string{"replayed": "dead_letter.replay", "skipped": "dead_letter.skip"}[resolution]
+		if err := e.Audit(ctx, tx, AuditEntry{Actor: actor, Action: action, Tenant: slug, ConversationID: convID,
+			MessageID: messageID, DeadLetterID: &n, Details: details}); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, ensureDrain, convPK)

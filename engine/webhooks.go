@@ -313,6 +313,7 @@ WITH s AS (
 UPDATE ordo.steps st SET
     provider_status      = best.status,
     provider_status_rank = best.rank,
+    provider_status_at   = now(),
     provider_message_id  = coalesce(st.provider_message_id, best.wamid),
     errors               = CASE WHEN best.status = 'failed' THEN st.errors || jsonb_build_array(jsonb_build_object(
                                'attempt', st.attempts, 'at', now(), 'error', best.failure, 'class', best.class, 'source', 'status'))

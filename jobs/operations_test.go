@@ -201,7 +201,7 @@ func TestReplayOfPassedDeadLetterLeavesBusyDrainAlone(t *testing.T) {
 		t.Fatalf("m1's dead letter: %v", err)
 	}
 	badFails.Store(false)
-	if _, err := b.Engine.Replay(context.Background(), b.Tenant.ID, dl); err != nil {
+	if _, err := b.Engine.Replay(context.Background(), b.Tenant.ID, dl, engine.ActorCLI); err != nil {
 		t.Fatalf("replay: %v", err)
 	}
 	close(release)

@@ -171,10 +171,10 @@ func TestDeadLetterHaltsThenReplayResumesInOrder(t *testing.T) {
 	mu.Lock()
 	fail["bad"] = false
 	mu.Unlock()
-	if _, err := b.Engine.Replay(context.Background(), b.Tenant.ID, dls[0].ID); err != nil {
+	if _, err := b.Engine.Replay(context.Background(), b.Tenant.ID, dls[0].ID, engine.ActorCLI); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Engine.Replay(context.Background(), b.Tenant.ID, dls[0].ID); engine.ErrorCode(err) != engine.CodeConflict {
+	if _, err := b.Engine.Replay(context.Background(), b.Tenant.ID, dls[0].ID, engine.ActorCLI); engine.ErrorCode(err) != engine.CodeConflict {
 		t.Fatalf("second replay: %v, want conflict", err)
 	}
 	b.WaitFor("c1 to finish", 10*time.Second, func() bool { return len(b.WhatsApp.SendsTo("c1")) == 3 })

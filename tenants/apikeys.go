@@ -65,11 +65,16 @@ const selectTenantIDBySlug = `SELECT id FROM ordo.tenants WHERE slug = $1`
 // CreateAPIKey issues another API key for the tenant with tenantSlug. The key
 // is returned once and cannot be read back; prefix identifies it later.
 func (s *Store) CreateAPIKey(ctx context.Context, tenantSlug string) (key, prefix string, err error) {
+	return s.CreateAPIKeyTx(ctx, s.pool, tenantSlug)
+}
+
+// CreateAPIKeyTx is CreateAPIKey on q, the caller's transaction.
+func (s *Store) CreateAPIKeyTx(ctx context.Context, q Querier, tenantSlug string) (key, prefix string, err error) {
 	var tenantID int64
-	if err := s.pool.QueryRow(ctx, selectTenantIDBySlug, tenantSlug).Scan(&tenantID); err != nil {
+	if err := q.QueryRow(ctx, selectTenantIDBySlug, tenantSlug).Scan(&tenantID); err != nil {
 		return "", "", fmt.Errorf("create api key: tenant %q: %w", tenantSlug, notFound(err))
 	}
-	key, prefix, err = createAPIKey(ctx, s.pool, tenantID)
+	key, prefix, err = createAPIKey(ctx, q, tenantID)
 	if err != nil {
 		return "", "", fmt.Errorf("create api key for tenant %q: %w", tenantSlug, err)
 	}
@@ -78,6 +83,24 @@ func (s *Store) CreateAPIKey(ctx context.Context, tenantSlug string) (key, prefi
 
 const revokeAPIKey = `
 UPDATE ordo.api_keys SET revoked_at = now() WHERE prefix = $1 AND revoked_at IS NULL`
+
+const revokeTenantAPIKey = `
+UPDATE ordo.api_keys k SET revoked_at = now()
+FROM ordo.tenants t
+WHERE t.id = k.tenant_id AND t.slug = $1 AND k.prefix = $2 AND k.revoked_at IS NULL`
+
+// RevokeTenantAPIKeyTx revokes the key with prefix of the tenant with slug
+// on q: ErrNotFound unless that tenant has a valid key with that prefix.
+func (s *Store) RevokeTenantAPIKeyTx(ctx context.Context, q Querier, tenantSlug, prefix string) error {
+	tag, err := q.Exec(ctx, revokeTenantAPIKey, tenantSlug, prefix)
+	if err != nil {
+		return fmt.Errorf("revoke api key %q: %w", prefix, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("revoke api key %q of tenant %q: %w", prefix, tenantSlug, ErrNotFound)
+	}
+	return nil
+}
 
 // RevokeAPIKey makes the key with prefix stop working at once. It returns
 // ErrNotFound if no valid key has that prefix (unknown or already revoked).
@@ -102,7 +125,12 @@ ORDER BY k.created_at, k.id`
 
 // ListAPIKeys returns the tenant's keys, revoked ones included, oldest first.
 func (s *Store) ListAPIKeys(ctx context.Context, tenantSlug string) ([]APIKey, error) {
-	rows, err := s.pool.Query(ctx, listAPIKeys, tenantSlug)
+	return s.ListAPIKeysTx(ctx, s.pool, tenantSlug)
+}
+
+// ListAPIKeysTx is ListAPIKeys on q.
+func (s *Store) ListAPIKeysTx(ctx context.Context, q Querier, tenantSlug string) ([]APIKey, error) {
+	rows, err := q.Query(ctx, listAPIKeys, tenantSlug)
 	if err != nil {
 		return nil, fmt.Errorf("list api keys of tenant %q: %w", tenantSlug, err)
 	}

@@ -160,6 +160,18 @@ RETURNING ` + tenantColumns
 // Create stores a tenant together with its first API key and a random handler
 // secret, in one transaction: either all three exist afterwards or none.
 func (s *Store) Create(ctx context.Context, p CreateParams) (Created, error) {
+	var out Created
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = s.CreateTx(ctx, tx, p)
+		return err
+	})
+	return out, err
+}
+
+// CreateTx is Create inside the caller's transaction tx (an endpoint that
+// audits the creation in the same transaction).
+func (s *Store) CreateTx(ctx context.Context, tx pgx.Tx, p CreateParams) (Created, error) {
 	if err := validateSlug(p.Slug); err != nil {
 		return Created{}, err
 	}
@@ -181,9 +193,21 @@ func (s *Store) Create(ctx context.Context, p CreateParams) (Created, error) {
 	if err != nil {
 		return Created{}, fmt.Errorf("create tenant: encode handler secret: %w", err)
 	}
-
+	// A savepoint, so that a refused slug leaves the caller's transaction usable.
 	var out Created
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, tx, func(tx pgx.Tx) error {
+		out, err = s.create(ctx, tx, p, secret, secretJSON)
+		return err
+	})
+	if err != nil {
+		return Created{}, fmt.Errorf("create tenant: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) create(ctx context.Context, tx pgx.Tx, p CreateParams, secret string, secretJSON []byte) (Created, error) {
+	var out Created
+	err := func() error {
 		t, err := scanTenant(tx.QueryRow(ctx, insertTenant, p.Slug, p.Name, p.HandlerURL))
 		if err != nil {
 			if isUniqueViolation(err, "tenants_slug_key") {
@@ -200,11 +224,8 @@ func (s *Store) Create(ctx context.Context, p CreateParams) (Created, error) {
 		}
 		out = Created{Tenant: t, APIKey: key, HandlerSecret: secret}
 		return nil
-	})
-	if err != nil {
-		return Created{}, fmt.Errorf("create tenant: %w", err)
-	}
-	return out, nil
+	}()
+	return out, err
 }
 
 // UpdateParams are the settings to change; nil fields are left as they are.
@@ -315,10 +336,15 @@ RETURNING ` + tenantColumns
 
 // Update changes the settings of the tenant with slug and returns the result.
 func (s *Store) Update(ctx context.Context, slug string, p UpdateParams) (Tenant, error) {
+	return s.UpdateTx(ctx, s.pool, slug, p)
+}
+
+// UpdateTx is Update on q, the caller's transaction.
+func (s *Store) UpdateTx(ctx context.Context, q Querier, slug string, p UpdateParams) (Tenant, error) {
 	if err := p.validate(); err != nil {
 		return Tenant{}, err
 	}
-	t, err := scanTenant(s.pool.QueryRow(ctx, updateTenant,
+	t, err := scanTenant(q.QueryRow(ctx, updateTenant,
 		slug, p.HandlerURL, p.Name, p.OnDeadLetter, p.Ambiguous, p.MaxAttempts, p.SendRate, p.PairGapMS, p.Retention.seconds(),
 		p.Weight, p.MaxConcurrency, p.HandlerMode, p.HandlerTimeoutMS, p.ReplyDeadlineMS, p.EventsURL))
 	if err != nil {
@@ -333,7 +359,12 @@ FROM ordo.tenants WHERE slug = $1`
 
 // BySlug returns the tenant with slug, or ErrNotFound.
 func (s *Store) BySlug(ctx context.Context, slug string) (Tenant, error) {
-	t, err := scanTenant(s.pool.QueryRow(ctx, selectTenantBySlug, slug))
+	return s.BySlugTx(ctx, s.pool, slug)
+}
+
+// BySlugTx is BySlug on q.
+func (s *Store) BySlugTx(ctx context.Context, q Querier, slug string) (Tenant, error) {
+	t, err := scanTenant(q.QueryRow(ctx, selectTenantBySlug, slug))
 	if err != nil {
 		return Tenant{}, fmt.Errorf("read tenant %q: %w", slug, notFound(err))
 	}
@@ -347,10 +378,47 @@ const resumeSending = `SELECT ordo.resume_sending(id) FROM ordo.tenants WHERE sl
 // conversations, which go on in order. resumed is false when sending was not
 // paused. ErrNotFound for an unknown slug.
 func (s *Store) ResumeSending(ctx context.Context, slug string) (resumed bool, err error) {
-	if err := s.pool.QueryRow(ctx, resumeSending, slug).Scan(&resumed); err != nil {
+	return s.ResumeSendingTx(ctx, s.pool, slug)
+}
+
+// ResumeSendingTx is ResumeSending on q.
+func (s *Store) ResumeSendingTx(ctx context.Context, q Querier, slug string) (resumed bool, err error) {
+	if err := q.QueryRow(ctx, resumeSending, slug).Scan(&resumed); err != nil {
 		return false, fmt.Errorf("resume sending of tenant %q: %w", slug, notFound(err))
 	}
 	return resumed, nil
+}
+
+// pauseSending is an operator's pause: the same mark Meta's refusals set,
+// so drains wait on it the same way and ordo.resume_sending lifts it. Only
+// the tenant row is locked (sql/LOCKING.md level 1).
+const pauseSending = `
+WITH t AS (SELECT id, sending_paused_at IS NULL AS running FROM ordo.tenants WHERE slug = $1 FOR UPDATE)
+UPDATE ordo.tenants SET sending_paused_at = now(), sending_paused_reason = $2
+FROM t WHERE ordo.tenants.id = t.id AND t.running
+RETURNING true`
+
+// PauseReasonMaxLength bounds an operator's pause reason, in characters.
+const PauseReasonMaxLength = 200
+
+// PauseSendingTx pauses the sending of the tenant with slug on q, with
+// reason shown beside it; its conversations wait (holding no worker) until
+// ResumeSending. paused is false when sending was already paused.
+func (s *Store) PauseSendingTx(ctx context.Context, q Querier, slug, reason string) (paused bool, err error) {
+	if !utf8.ValidString(reason) || utf8.RuneCountInString(reason) > PauseReasonMaxLength {
+		return false, invalid("reason", "must be text of at most %d characters", PauseReasonMaxLength)
+	}
+	if _, err := s.BySlugTx(ctx, q, slug); err != nil {
+		return false, err
+	}
+	err = q.QueryRow(ctx, pauseSending, slug, reason).Scan(&paused)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("pause sending of tenant %q: %w", slug, err)
+	}
+	return paused, nil
 }
 
 const selectTenantByID = `

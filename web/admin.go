@@ -56,6 +56,7 @@ func (s *Server) routeAdmin(r *mux.Router) {
 	a.HandleFunc("/admin/api/overview", s.adminOverview).Methods(http.MethodGet)
 	a.Handle("/admin/api/dead-letters/{id}/replay", s.adminWrite(s.adminResolve(s.engine.Replay))).Methods(http.MethodPost)
 	a.Handle("/admin/api/dead-letters/{id}/skip", s.adminWrite(s.adminResolve(s.engine.Skip))).Methods(http.MethodPost)
+	s.routeAdminConsole(a)
 	r.PathPrefix("/admin").Handler(s.adminAuth(a))
 }
 
@@ -82,6 +83,13 @@ func (s *Server) adminAuth(next http.Handler) http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		next.ServeHTTP(w, r)
 	})
+}
+
+// adminActor names the operator in the audit log: the basic-auth user name
+// (the password is shared, so the name is what they say they are).
+func adminActor(r *http.Request) string {
+	user, _, _ := r.BasicAuth()
+	return engine.AdminActor(user)
 }
 
 // adminWrite is the anti-CSRF check of state-changing admin endpoints. The
@@ -146,9 +154,9 @@ func (s *Server) adminOverview(w http.ResponseWriter, r *http.Request) {
 
 // adminResolve replays or skips a dead letter of any tenant (tenant 0 is the
 // operator) and answers with its new state, without the message's payload.
-func (s *Server) adminResolve(resolve func(ctx context.Context, tenantID int64, id string) (engine.DeadLetter, error)) http.Handler {
+func (s *Server) adminResolve(resolve func(ctx context.Context, tenantID int64, id, actor string) (engine.DeadLetter, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d, err := resolve(r.Context(), 0, pathVar(r, "id"))
+		d, err := resolve(r.Context(), 0, pathVar(r, "id"), adminActor(r))
 		if err != nil {
 			s.writeError(w, r, err)
 			return

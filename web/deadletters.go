@@ -52,7 +52,7 @@ func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
-	d, err := s.engine.Replay(r.Context(), tenantOf(r).ID, pathVar(r, "id"))
+	d, err := s.engine.Replay(r.Context(), tenantOf(r).ID, pathVar(r, "id"), engine.APIActor(tenantOf(r).Slug))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -61,7 +61,7 @@ func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) skipDeadLetter(w http.ResponseWriter, r *http.Request) {
-	d, err := s.engine.Skip(r.Context(), tenantOf(r).ID, pathVar(r, "id"))
+	d, err := s.engine.Skip(r.Context(), tenantOf(r).ID, pathVar(r, "id"), engine.APIActor(tenantOf(r).Slug))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -65,7 +65,7 @@ func runDeadLetters(ctx context.Context, env *cli.Env, args []string) error {
 		if action == "skip" {
 			resolve = eng.Skip
 		}
-		d, err := resolve(ctx, 0, *id)
+		d, err := resolve(ctx, 0, *id, engine.ActorCLI)
 		if err != nil {
 			return fmt.Errorf("%s dead letter %s: %s", action, *id, engine.ErrorMessage(err))
 		}

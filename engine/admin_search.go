@@ -1,0 +1,317 @@
+package engine
+
+// Finding a message on the admin page (by its id, its provider's wamid or
+// its conversation's id) and a conversation's timeline: every message in
+// seq order with each step's attempts, provider statuses, dead letters, and
+// the ready row of the drain that holds it.
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// AdminSearch selects messages on the admin page.
+type AdminSearch struct {
+	// Q is a message id, a provider message id (wamid) or a conversation
+	// id, matched exactly; empty: every message.
+	Q      string
+	Tenant string // slug; empty: every tenant
+	Status string // queued|running|done|dead|skipped; empty: any
+	Since  time.Time
+	Until  time.Time // zero: no bound
+	Before int64     // message pk below this (keyset, newest first)
+	Limit  int       // 1..200; 0 means 50
+}
+
+var messageStatuses = map[string]bool{"": true, "queued": true, "running": true, "done": true, "dead": true, "skipped": true}
+
+func (s *AdminSearch) validate() error {
+	if len(s.Q) > 1024 {
+		return Errorf(CodeInvalid, "q: must be at most 1024 bytes")
+	}
+	if !messageStatuses[s.Status] {
+		return Errorf(CodeInvalid, "status: must be queued, running, done, dead or skipped")
+	}
+	if s.Until.IsZero() {
+		s.Until = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	if s.Limit == 0 {
+		s.Limit = 50
+	}
+	if s.Limit < 1 || s.Limit > 200 {
+		return Errorf(CodeInvalid, "limit: must be 1 to 200")
+	}
+	return nil
+}
+
+// AdminFoundMessage is a message as the search lists it.
+type AdminFoundMessage struct {
+	PK             int64      `json:"pk"`
+	Tenant         string     `json:"tenant"`
+	ConversationID string     `json:"conversation_id"`
+	MessageID      string     `json:"message_id"`
+	Seq            int64      `json:"seq"`
+	Direction      string     `json:"direction"`
+	Status         string     `json:"status"`
+	CreatedAt      time.Time  `json:"created_at"`
+	FinishedAt     *time.Time `json:"finished_at"`
+	WAMIDs         []string   `json:"wamids"`
+	LastError      string     `json:"last_error"`
+}
+
+const adminFoundColumns = `
+SELECT m.id, t.slug, c.conversation_id, m.message_id, m.seq, m.direction, m.status, m.created_at, m.finished_at,
+       coalesce((SELECT array_agg(s.provider_message_id ORDER BY s.idx) FROM ordo.steps s
+                 WHERE s.message_pk = m.id AND s.provider_message_id IS NOT NULL), '{}'),
+       coalesce((SELECT s.errors -> -1 ->> 'error' FROM ordo.steps s
+                 WHERE s.message_pk = m.id AND jsonb_array_length(s.errors) > 0
+                 ORDER BY s.idx DESC LIMIT 1), '')`
+
+// With a Q: the three exact lookups, each on an index (per tenant for the
+// ids, which are unique per tenant only), then the filters.
+const adminSearchByID = `
+WITH hits AS (
+    SELECT m.id FROM ordo.tenants t
+    JOIN ordo.messages m ON m.tenant_id = t.id AND m.message_id = $1
+    WHERE $2 = '' OR t.slug = $2
+    UNION
+    SELECT m.id FROM ordo.tenants t
+    JOIN ordo.conversations c ON c.tenant_id = t.id AND c.conversation_id = $1
+    JOIN ordo.messages m ON m.conversation_pk = c.id
+    WHERE $2 = '' OR t.slug = $2
+    UNION
+    SELECT st.message_pk FROM ordo.steps st WHERE st.provider_message_id = $1
+)` + adminFoundColumns + `
+FROM hits h
+JOIN ordo.messages m ON m.id = h.id
+JOIN ordo.tenants t ON t.id = m.tenant_id
+JOIN ordo.conversations c ON c.id = m.conversation_pk
+WHERE ($2 = '' OR t.slug = $2) AND ($3 = '' OR m.status = $3)
+  AND m.created_at >= $4 AND m.created_at < $5 AND ($6 = 0 OR m.id < $6)
+ORDER BY m.id DESC LIMIT $7`
+
+// Without a Q: the newest messages that pass the filters.
+const adminSearchRecent = adminFoundColumns + `
+FROM ordo.messages m
+JOIN ordo.tenants t ON t.id = m.tenant_id
+JOIN ordo.conversations c ON c.id = m.conversation_pk
+WHERE ($2 = '' OR t.slug = $2) AND ($3 = '' OR m.status = $3)
+  AND m.created_at >= $4 AND m.created_at < $5 AND ($6 = 0 OR m.id < $6) AND $1 = ''
+ORDER BY m.id DESC LIMIT $7`
+
+// AdminMessagePage is one page of a search; Next is the Before of the next.
+type AdminMessagePage struct {
+	Items []AdminFoundMessage `json:"items"`
+	Next  int64               `json:"next,omitempty"`
+}
+
+// AdminSearchMessages finds messages across tenants, newest first.
+func (e *Engine) AdminSearchMessages(ctx context.Context, s AdminSearch) (AdminMessagePage, error) {
+	if err := s.validate(); err != nil {
+		return AdminMessagePage{}, err
+	}
+	q := adminSearchRecent
+	if s.Q != "" {
+		q = adminSearchByID
+	}
+	var p AdminMessagePage
+	err := e.adminRead(ctx, func(tx pgx.Tx) error {
+		rows, _ := tx.Query(ctx, q, s.Q, s.Tenant, s.Status, s.Since, s.Until, s.Before, s.Limit+1)
+		items, err := pgx.CollectRows(rows, pgx.RowToStructByPos[AdminFoundMessage])
+		if err != nil {
+			return err
+		}
+		if len(items) > s.Limit {
+			items = items[:s.Limit]
+			p.Next = items[len(items)-1].PK
+		}
+		p.Items = items
+		return nil
+	})
+	if err != nil {
+		return AdminMessagePage{}, translate(err, "search messages")
+	}
+	return p, nil
+}
+
+// Timeline is a conversation as the admin page explains it.
+type Timeline struct {
+	Tenant         string     `json:"tenant"`
+	ConversationID string     `json:"conversation_id"`
+	HeadSeq        int64      `json:"head_seq"`
+	LastSeq        int64      `json:"last_seq"`
+	Fence          int64      `json:"fence"`
+	HaltedAt       *time.Time `json:"halted_at"`
+	PausedWait     bool       `json:"paused_wait"`
+	CreatedAt      time.Time  `json:"created_at"`
+	// Drain is the conversation's ready row (nil: nothing to run).
+	Drain *TimelineDrain `json:"drain"`
+	// Messages are in seq order from AfterSeq; Next is the AfterSeq of
+	// the next page (0 at the end).
+	Messages []TimelineMessage `json:"messages"`
+	Next     int64             `json:"next,omitempty"`
+}
+
+// TimelineDrain is the ordo.ready row that holds a conversation's drain.
+type TimelineDrain struct {
+	DueAt   time.Time `json:"due_at"`
+	Running bool      `json:"running"`
+	Woken   bool      `json:"woken"`
+}
+
+// TimelineMessage is one message with its steps and dead letters.
+type TimelineMessage struct {
+	PK          int64                `json:"-"`
+	MessageID   string               `json:"message_id"`
+	Seq         int64                `json:"seq"`
+	Direction   string               `json:"direction"`
+	Status      string               `json:"status"`
+	CreatedAt   time.Time            `json:"created_at"`
+	FinishedAt  *time.Time           `json:"finished_at"`
+	Pruned      bool                 `json:"pruned"`
+	Steps       []TimelineStep       `json:"steps"`
+	DeadLetters []TimelineDeadLetter `json:"dead_letters"`
+}
+
+// TimelineStep is a step (handle: the handler call; send: one reply) with
+// every failed attempt in Errors ([{"attempt","at","error",…}]).
+type TimelineStep struct {
+	MessagePK         int64           `json:"-"`
+	ID                int64           `json:"id"`
+	Idx               int             `json:"idx"`
+	Kind              string          `json:"kind"`
+	Status            string          `json:"status"`
+	Attempts          int             `json:"attempts"`
+	Errors            json.RawMessage `json:"errors"`
+	ProviderMessageID string          `json:"provider_message_id"`
+	ProviderStatus    string          `json:"provider_status"`
+	ProviderStatusAt  *time.Time      `json:"provider_status_at"`
+	AmbiguousCount    int             `json:"ambiguous_count"`
+	StartedAt         *time.Time      `json:"started_at"`
+	FinishedAt        *time.Time      `json:"finished_at"`
+}
+
+// TimelineDeadLetter is a dead letter of a timeline's message.
+type TimelineDeadLetter struct {
+	MessagePK  int64      `json:"-"`
+	ID         string     `json:"id"`
+	Reason     string     `json:"reason"`
+	CreatedAt  time.Time  `json:"created_at"`
+	ResolvedAt *time.Time `json:"resolved_at"`
+	Resolution string     `json:"resolution"`
+}
+
+const timelineConversation = `
+SELECT c.id, t.slug, c.conversation_id, c.head_seq, c.last_seq, c.fence, c.halted_at, c.paused_wait, c.created_at,
+       r.due_at, coalesce(r.running, false), coalesce(r.woken, false)
+FROM ordo.tenants t
+JOIN ordo.conversations c ON c.tenant_id = t.id AND c.conversation_id = $2
+LEFT JOIN ordo.ready r ON r.conversation_pk = c.id
+WHERE t.slug = $1`
+
+const timelineMessages = `
+SELECT m.id, m.message_id, m.seq, m.direction, m.status, m.created_at, m.finished_at, m.payload IS NULL
+FROM ordo.messages m WHERE m.conversation_pk = $1 AND m.seq > $2
+ORDER BY m.seq LIMIT $3`
+
+const timelineSteps = `
+SELECT s.message_pk, s.id, s.idx, s.kind, s.status, s.attempts, s.errors, coalesce(s.provider_message_id, ''),
+       coalesce(s.provider_status, ''), s.provider_status_at, s.ambiguous_count, s.started_at, s.finished_at
+FROM ordo.steps s WHERE s.message_pk = ANY($1)
+ORDER BY s.message_pk, s.idx`
+
+const timelineDeadLetters = `
+SELECT d.message_pk, d.id::text, d.reason, d.created_at, d.resolved_at, coalesce(d.resolution, '')
+FROM ordo.dead_letters d WHERE d.message_pk = ANY($1)
+ORDER BY d.id`
+
+// TimelinePageSize is how many messages one timeline page holds.
+const TimelinePageSize = 100
+
+// AdminTimeline reads a conversation of the tenant with slug, its messages
+// from afterSeq on, in one snapshot.
+func (e *Engine) AdminTimeline(ctx context.Context, slug, conversationID string, afterSeq int64) (Timeline, error) {
+	if slug == "" {
+		return Timeline{}, Errorf(CodeInvalid, "tenant: required")
+	}
+	if conversationID == "" {
+		return Timeline{}, Errorf(CodeInvalid, "conversation_id: required")
+	}
+	var tl Timeline
+	err := e.adminRead(ctx, func(tx pgx.Tx) error {
+		var (
+			pk      int64
+			dueAt   *time.Time
+			running bool
+			woken   bool
+		)
+		err := tx.QueryRow(ctx, timelineConversation, slug, conversationID).Scan(&pk, &tl.Tenant, &tl.ConversationID,
+			&tl.HeadSeq, &tl.LastSeq, &tl.Fence, &tl.HaltedAt, &tl.PausedWait, &tl.CreatedAt, &dueAt, &running, &woken)
+		if err == pgx.ErrNoRows {
+			return Errorf(CodeNotFound, "conversation not found")
+		}
+		if err != nil {
+			return err
+		}
+		if dueAt != nil {
+			tl.Drain = &TimelineDrain{DueAt: *dueAt, Running: running, Woken: woken}
+		}
+		rows, _ := tx.Query(ctx, timelineMessages, pk, afterSeq, TimelinePageSize+1)
+		msgs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[timelineMessageRow])
+		if err != nil {
+			return err
+		}
+		if len(msgs) > TimelinePageSize {
+			msgs = msgs[:TimelinePageSize]
+			tl.Next = msgs[len(msgs)-1].Seq
+		}
+		pks := make([]int64, len(msgs))
+		byPK := make(map[int64]int, len(msgs))
+		tl.Messages = make([]TimelineMessage, len(msgs))
+		for i, m := range msgs {
+			pks[i], byPK[m.PK] = m.PK, i
+			tl.Messages[i] = TimelineMessage{PK: m.PK, MessageID: m.MessageID, Seq: m.Seq, Direction: m.Direction, Status: m.Status,
+				CreatedAt: m.CreatedAt, FinishedAt: m.FinishedAt, Pruned: m.Pruned, Steps: []TimelineStep{}, DeadLetters: []TimelineDeadLetter{}}
+		}
+		rows, _ = tx.Query(ctx, timelineSteps, pks)
+		steps, err := pgx.CollectRows(rows, pgx.RowToStructByPos[TimelineStep])
+		if err != nil {
+			return err
+		}
+		for _, s := range steps {
+			m := &tl.Messages[byPK[s.MessagePK]]
+			m.Steps = append(m.Steps, s)
+		}
+		rows, _ = tx.Query(ctx, timelineDeadLetters, pks)
+		dls, err := pgx.CollectRows(rows, pgx.RowToStructByPos[TimelineDeadLetter])
+		if err != nil {
+			return err
+		}
+		for _, d := range dls {
+			m := &tl.Messages[byPK[d.MessagePK]]
+			m.DeadLetters = append(m.DeadLetters, d)
+		}
+		return nil
+	})
+	if err != nil {
+		if ErrorCode(err) != CodeInternal {
+			return Timeline{}, err
+		}
+		return Timeline{}, translate(err, "read timeline")
+	}
+	return tl, nil
+}
+
+type timelineMessageRow struct {
+	PK         int64
+	MessageID  string
+	Seq        int64
+	Direction  string
+	Status     string
+	CreatedAt  time.Time
+	FinishedAt *time.Time
+	Pruned     bool
+}
