@@ -11,6 +11,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -257,16 +258,23 @@ func (s *Server) adminUpdateTenant(w http.ResponseWriter, r *http.Request) {
 // adminSetWhatsApp stores the tenant's Cloud API credential. The form is
 // write-only: the answer says "set", never a value.
 func (s *Server) adminSetWhatsApp(w http.ResponseWriter, r *http.Request) {
-	var in map[string]string
-	if err := readAdminJSON(w, r, &in); err != nil {
+	var raw map[string]any
+	if err := readAdminJSON(w, r, &raw); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	for k := range in {
-		if !slicesContains(whatsappFields, k) {
+	in := map[string]string{}
+	for k, v := range raw {
+		if !slices.Contains(whatsappFields, k) {
 			s.writeError(w, r, engine.Errorf(engine.CodeInvalid, "%s: unknown field", k))
 			return
 		}
+		str, ok := v.(string)
+		if !ok {
+			s.writeError(w, r, engine.Errorf(engine.CodeInvalid, "%s: must be a string", k))
+			return
+		}
+		in[k] = str
 	}
 	for _, f := range whatsappFields {
 		v := in[f]
@@ -307,15 +315,6 @@ func (s *Server) adminSetWhatsApp(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"whatsapp": "set"})
-}
-
-func slicesContains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // adminCreateKey issues an API key, shown in this answer only.

@@ -159,8 +159,19 @@
       cls: t.sending_paused_at ? "halted" : "",
       cells: [el("td", t.slug, "mono"), t.name, sendingCell(t), t.handler_url_set ? "set" : "none", t.on_dead_letter, t.ambiguous, t.max_attempts,
         t.send_rate ? t.send_rate + "/s" : "unpaced", t.pair_gap_ms ? t.pair_gap_ms + " ms" : "off",
-        t.weight, t.max_concurrency ? t.max_concurrency : "none", (t.credentials || []).join(", ") || "none", t.open_dead_letters],
+        t.weight, t.max_concurrency ? t.max_concurrency : "none", (t.credentials || []).join(", ") || "none", t.open_dead_letters,
+        td(button("Manage", "manage", () => openTenant(t.slug)))],
+      id: t.slug,
     })), "No tenants.");
+    // The tenant pickers of the filters follow the list, keeping their choice.
+    for (const sel of document.querySelectorAll("select.tenant-select")) {
+      const keep = sel.value;
+      const opts = [el("option", "any")];
+      opts[0].value = "";
+      for (const t of list) opts.push(el("option", t.slug));
+      sel.replaceChildren(...opts);
+      sel.value = keep;
+    }
   }
 
   // showError shows msg, or with an empty msg clears the error of kind
@@ -193,6 +204,8 @@
         renderMessages(o.messages || []);
         renderSandbox(o.sandbox, o.sandbox_sends || []);
         renderTenants(o.tenants || []);
+        await refreshTiles();
+        if (!auditPaged) await loadAudit(false);
         tickTimes();
         document.getElementById("status").textContent = "updated " + new Date().toLocaleTimeString() + " · refreshes every " + REFRESH_MS / 1000 + "s";
         document.body.dataset.loaded = "true";
@@ -222,6 +235,387 @@
       refresh();
     }
   }
+
+  // ---- the console: reads on demand, writes through post() ----
+
+  function button(label, cls, onClick) {
+    const b = el("button", label, cls);
+    b.type = "button";
+    b.addEventListener("click", onClick);
+    return b;
+  }
+
+  async function getJSON(path) {
+    const resp = await fetch(api(path), { cache: "no-store" });
+    if (!resp.ok) throw new Error(await errorOf(resp));
+    return resp.json();
+  }
+
+  // post sends a write with the anti-CSRF header; a failure is shown and
+  // returns null.
+  async function post(path, body, what) {
+    busy = true;
+    try {
+      const resp = await fetch(api(path), {
+        method: "POST",
+        headers: { "X-Ordo-Admin": "1", "Content-Type": "application/json" },
+        body: JSON.stringify(body || {}),
+      });
+      if (!resp.ok) throw new Error(await errorOf(resp));
+      showError("", "action");
+      return await resp.json();
+    } catch (err) {
+      showError(what + " failed: " + err.message, "action");
+      return null;
+    } finally {
+      busy = false;
+      auditPaged = false;
+      refresh();
+    }
+  }
+
+  function query(params) {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(params)) if (v !== "" && v !== undefined && v !== null && v !== 0) q.set(k, v);
+    return q.toString();
+  }
+
+  function formValues(form) {
+    const out = {};
+    for (const [k, v] of new FormData(form).entries()) out[k] = typeof v === "string" ? v.trim() : v;
+    return out;
+  }
+
+  function ms(v) {
+    if (v === null || v === undefined) return "–";
+    return v < 1000 ? Math.round(v) + " ms" : (v / 1000).toFixed(1) + " s";
+  }
+
+  function rate(v) { return v ? v.toFixed(1) : "0"; }
+
+  async function refreshTiles() {
+    try {
+      const t = await getJSON("tiles");
+      const overallChanged = changed("tiles", t.overall);
+      if (!changed("tiles-list", t.tenants) && !overallChanged) return;
+      document.getElementById("tiles-window").textContent = "last " + t.window_s / 60 + " min" + (t.capped ? " (rates are lower bounds)" : "");
+      const o = t.overall;
+      const tiles = [["accepted/min", rate(o.accepted_per_minute)], ["sent/min", rate(o.sent_per_minute)],
+        ["accept→send p50", ms(o.accept_to_send_p50_ms)], ["p99", ms(o.accept_to_send_p99_ms)],
+        ["backlog", o.backlog], ["oldest unfinished", o.oldest_unfinished ? ago(o.oldest_unfinished) : "none"],
+        ["open dead letters", o.open_dead_letters]];
+      document.getElementById("tile-overall").replaceChildren(...tiles.map(([label, value]) => {
+        const d = el("div", undefined, "tile");
+        d.dataset.tile = label;
+        d.append(el("b", value), el("span", label));
+        return d;
+      }));
+      fill("tiles", t.tenants.map((x) => ({
+        id: x.tenant,
+        cells: [el("td", x.tenant, "mono"), rate(x.accepted_per_minute), rate(x.sent_per_minute), ms(x.accept_to_send_p50_ms), ms(x.accept_to_send_p99_ms),
+          x.backlog, x.oldest_unfinished ? timeCell(x.oldest_unfinished) : "none", x.open_dead_letters],
+      })), "No tenants.");
+    } catch (err) {
+      showError("Tiles failed: " + err.message, "refresh");
+    }
+  }
+
+  // Search, with keyset "load more".
+  let searchNext = 0;
+  let searchParams = {};
+  function isoOf(local) { return local ? new Date(local).toISOString().replace(/\.\d{3}Z$/, "Z") : ""; }
+  async function search(more) {
+    if (!more) {
+      const f = formValues(document.getElementById("search-form"));
+      searchParams = { q: f.q, tenant: f.tenant, status: f.status, since: isoOf(f.since), until: isoOf(f.until) };
+      searchNext = 0;
+    }
+    try {
+      const p = await getJSON("messages?" + query({ ...searchParams, before: more ? searchNext : 0 }));
+      const tbody = document.querySelector("#search tbody");
+      const rows = p.items.map((m) => {
+        const tr = el("tr");
+        tr.dataset.id = m.message_id;
+        const conv = el("a", m.conversation_id, "conv mono");
+        conv.addEventListener("click", () => openTimeline(m.tenant, m.conversation_id));
+        tr.append(el("td", m.tenant), td(conv), el("td", m.message_id, "mono"), el("td", m.seq), el("td", m.direction), td(pill(m.status)),
+          timeCell(m.created_at), el("td", (m.wamids || []).join(" "), "mono muted"), el("td", m.last_error, "reason"));
+        return tr;
+      });
+      if (more) tbody.append(...rows);
+      else if (rows.length) tbody.replaceChildren(...rows);
+      else fill("search", [], "Nothing found.");
+      searchNext = p.next || 0;
+      document.getElementById("search-more").hidden = !searchNext;
+      showError("", "action");
+    } catch (err) {
+      showError("Search failed: " + err.message, "action");
+    }
+  }
+
+  // A conversation's timeline.
+  let timelineOf = null;
+  function stepLine(s) {
+    const li = el("li");
+    li.append(el("strong", s.kind === "handle" ? "handler call" : "send " + s.idx), " ", pill(s.status),
+      el("span", " · " + s.attempts + " attempt" + (s.attempts === 1 ? "" : "s"), "muted"));
+    if (s.started_at) li.append(el("span", " · started " + s.started_at, "muted"));
+    if (s.finished_at) li.append(el("span", " · finished " + s.finished_at, "muted"));
+    if (s.provider_message_id) li.append(el("span", " · " + s.provider_message_id, "mono muted"));
+    if (s.provider_status) li.append(" ", pill(s.provider_status), el("span", s.provider_status_at ? " at " + s.provider_status_at : "", "muted"));
+    if (s.ambiguous_count) li.append(el("span", " · " + s.ambiguous_count + " ambiguous", "muted"));
+    for (const a of s.errors || []) {
+      li.append(el("div", "attempt " + (a.attempt ?? "?") + " · " + (a.at || "") + " · " + (a.error || ""), "attempt"));
+    }
+    return li;
+  }
+  function messageItem(m) {
+    const li = el("li", undefined, "msg");
+    li.dataset.seq = m.seq;
+    li.dataset.id = m.message_id;
+    li.append(el("strong", "#" + m.seq + " "), el("span", m.message_id, "mono"), " ", el("span", m.direction, "muted"), " ", pill(m.status),
+      el("span", " · accepted " + m.created_at + (m.finished_at ? " · finished " + m.finished_at : "") + (m.pruned ? " · content pruned" : ""), "muted"));
+    const steps = el("ul", undefined, "steps");
+    for (const s of m.steps) steps.append(stepLine(s));
+    li.append(steps);
+    for (const d of m.dead_letters) {
+      li.append(el("div", "dead letter #" + d.id + " · " + d.created_at + " · " + d.reason + (d.resolved_at ? " · " + d.resolution + " " + d.resolved_at : " · open"), "dl"));
+    }
+    return li;
+  }
+  async function openTimeline(tenant, conv, more) {
+    try {
+      const after = more ? timelineOf.next : 0;
+      const tl = await getJSON("timeline?" + query({ tenant: tenant, conversation_id: conv, after_seq: after }));
+      timelineOf = { tenant: tenant, conv: conv, next: tl.next || 0 };
+      const sec = document.getElementById("timeline");
+      sec.hidden = false;
+      document.getElementById("timeline-title").textContent = tenant + " / " + conv;
+      const drain = tl.drain ? "drain due " + tl.drain.due_at + (tl.drain.running ? ", running" : ", waiting") + (tl.drain.woken ? ", woken" : "") : "no drain (nothing to run)";
+      document.getElementById("timeline-head").textContent = "head seq " + tl.head_seq + " · last seq " + tl.last_seq + " · fence " + tl.fence +
+        (tl.halted_at ? " · HALTED since " + tl.halted_at : " · active") + (tl.paused_wait ? " · waiting for the tenant's sending to resume" : "") + " · " + drain;
+      const list = document.getElementById("timeline-messages");
+      const items = tl.messages.map(messageItem);
+      if (more) list.append(...items);
+      else list.replaceChildren(...items);
+      document.getElementById("timeline-more").hidden = !timelineOf.next;
+      if (!more) sec.scrollIntoView();
+      showError("", "action");
+    } catch (err) {
+      showError("Timeline failed: " + err.message, "action");
+    }
+  }
+
+  // Dead letters by filter: a count preview, keyset pages, bulk actions.
+  let dlFilter = null;
+  let dlNext = 0;
+  async function dlLoad(more) {
+    if (!more) {
+      const f = formValues(document.getElementById("dl-form"));
+      dlFilter = { tenant: f.tenant, reason: f.reason, min_age: f.min_age, state: f.state };
+      dlNext = 0;
+    }
+    try {
+      const p = await getJSON("dead-letters?" + query({ ...dlFilter, after: more ? dlNext : 0 }));
+      const tbody = document.querySelector("#dl-console tbody");
+      const rows = p.items.map((d) => {
+        const tr = el("tr", undefined, d.resolved_at ? "resolved" : "open");
+        tr.dataset.id = d.id;
+        const conv = el("a", d.conversation_id, "conv mono");
+        conv.addEventListener("click", () => openTimeline(d.tenant, d.conversation_id));
+        const state = td(pill(d.resolved_at ? d.resolution : "open"));
+        tr.append(el("td", d.id), el("td", d.tenant), td(conv), el("td", d.message_id, "mono"), el("td", d.seq), el("td", d.reason, "reason"),
+          el("td", d.attempts), timeCell(d.created_at), state);
+        return tr;
+      });
+      if (more) tbody.append(...rows);
+      else if (rows.length) tbody.replaceChildren(...rows);
+      else fill("dl-console", [], "No dead letters match.");
+      dlNext = p.next || 0;
+      document.getElementById("dl-more").hidden = !dlNext;
+      if (!more) {
+        const open = dlFilter.state === "open";
+        document.getElementById("dl-preview").textContent = (p.capped ? p.total + "+" : p.total) + " match" + (open ? "" : " (bulk actions take open ones only)");
+        document.getElementById("dl-preview").dataset.total = p.total;
+        document.getElementById("dl-replay-all").disabled = !open || !p.total;
+        document.getElementById("dl-skip-all").disabled = !open || !p.total;
+      }
+      showError("", "action");
+    } catch (err) {
+      showError("Dead letters failed: " + err.message, "action");
+    }
+  }
+  async function dlBulk(action) {
+    if (!dlFilter) return;
+    const n = document.getElementById("dl-preview").dataset.total;
+    const what = action === "replay" ? "Replay" : "Skip";
+    if (!confirm(what + " all " + n + " open dead letters matching this filter?" + (action === "skip" ? " Their messages will not be sent." : ""))) return;
+    const body = { action: action, tenant: dlFilter.tenant, reason: dlFilter.reason, min_age: dlFilter.min_age };
+    let total = 0;
+    for (;;) {
+      const r = await post("dead-letters/bulk", body, what + " all");
+      if (!r) break;
+      total += r.resolved;
+      document.getElementById("dl-preview").textContent = total + " " + (action === "replay" ? "replayed" : "skipped") + (r.more ? ", going on…" : "");
+      if (!r.more) break;
+    }
+    document.getElementById("dl-console").dataset.lastBulk = action + ":" + total;
+    await dlLoad(false);
+  }
+
+  // Tenants: onboarding and the detail panel.
+  async function createTenant(ev) {
+    ev.preventDefault();
+    const form = ev.target;
+    const f = formValues(form);
+    const r = await post("tenants", { slug: f.slug, name: f.name, handler_url: f.handler_url }, "Create tenant");
+    if (!r) return;
+    form.reset();
+    showOnce(r.tenant.slug, r.api_key, r.handler_secret);
+    openTenant(r.tenant.slug);
+  }
+  function showOnce(slug, key, secret) {
+    document.getElementById("once-tenant").textContent = slug;
+    document.getElementById("once-key").textContent = key;
+    document.getElementById("once-secret").textContent = secret || "";
+    document.getElementById("once-secret").hidden = !secret;
+    document.getElementById("once-secret-label").hidden = !secret;
+    document.getElementById("secret-once").hidden = false;
+    document.getElementById("secret-once").scrollIntoView();
+  }
+  function hideOnce() {
+    for (const id of ["once-tenant", "once-key", "once-secret"]) document.getElementById(id).textContent = "";
+    document.getElementById("secret-once").hidden = true;
+  }
+
+  let detailSlug = null;
+  async function openTenant(slug) {
+    try {
+      const t = await getJSON("tenants/" + encodeURIComponent(slug));
+      detailSlug = slug;
+      const sec = document.getElementById("tenant-detail");
+      sec.hidden = false;
+      sec.dataset.slug = slug;
+      document.getElementById("detail-slug").textContent = slug;
+      document.getElementById("detail-sending").replaceChildren(pill(t.sending_paused ? "paused" : "active"),
+        el("span", t.sending_paused ? " " + t.sending_paused_reason : "", "muted"));
+      const form = document.getElementById("settings-form");
+      for (const k of ["name", "on_dead_letter", "ambiguous", "max_attempts", "send_rate", "pair_gap_ms", "weight", "max_concurrency", "retention", "handler_mode", "handler_timeout_ms", "reply_deadline_ms"]) {
+        form.elements[k].value = t[k];
+      }
+      form.elements.handler_url.value = "";
+      form.elements.handler_url.placeholder = t.handler_url_set ? "set (not shown) — type to replace" : "none";
+      form.elements.handler_url_remove.checked = false;
+      form.elements.events_url.value = "";
+      form.elements.events_url.placeholder = t.events_url_set ? "set (not shown) — type to replace" : "none";
+      document.getElementById("cred-state").textContent = t.whatsapp;
+      const missing = Object.entries(t.whatsapp_fields || {}).filter(([, v]) => !v).map(([k]) => k);
+      document.getElementById("cred-fields").textContent = missing.length ? "missing: " + missing.join(", ") : "";
+      document.getElementById("webhook-url").textContent = t.webhook_url;
+      document.getElementById("verify-state").textContent = t.verify_token_set ? "set" : "not set";
+      document.getElementById("pause").hidden = t.sending_paused;
+      document.getElementById("resume").hidden = !t.sending_paused;
+      const rows = t.api_keys.map((k) => {
+        const tr = el("tr");
+        tr.dataset.id = k.prefix;
+        const act = el("td");
+        if (!k.revoked_at) act.append(button("Revoke", "skip revoke", () => revokeKey(k.prefix)));
+        tr.append(el("td", k.prefix, "mono"), timeCell(k.created_at), td(pill(k.revoked_at ? "revoked" : "active")), act);
+        return tr;
+      });
+      document.querySelector("#keys tbody").replaceChildren(...rows);
+      tickTimes();
+    } catch (err) {
+      showError("Tenant " + slug + ": " + err.message, "action");
+    }
+  }
+  async function saveSettings(ev) {
+    ev.preventDefault();
+    const f = formValues(ev.target);
+    const body = {};
+    for (const k of ["name", "on_dead_letter", "ambiguous", "retention", "handler_mode"]) body[k] = f[k];
+    for (const k of ["max_attempts", "send_rate", "pair_gap_ms", "weight", "max_concurrency", "handler_timeout_ms", "reply_deadline_ms"]) {
+      if (f[k] !== "") body[k] = Number(f[k]);
+    }
+    if (f.handler_url_remove) body.handler_url = "";
+    else if (f.handler_url) body.handler_url = f.handler_url;
+    if (f.events_url) body.events_url = f.events_url;
+    if (await post("tenants/" + encodeURIComponent(detailSlug) + "/settings", body, "Save settings")) openTenant(detailSlug);
+  }
+  async function setCredential(ev) {
+    ev.preventDefault();
+    const form = ev.target;
+    const r = await post("tenants/" + encodeURIComponent(detailSlug) + "/credentials/whatsapp", formValues(form), "Set credential");
+    // Write-only: the values leave the page whether or not they were stored.
+    form.reset();
+    if (r) openTenant(detailSlug);
+  }
+  async function newKey() {
+    const r = await post("tenants/" + encodeURIComponent(detailSlug) + "/api-keys", {}, "New API key");
+    if (!r) return;
+    showOnce(detailSlug, r.api_key, "");
+    openTenant(detailSlug);
+  }
+  async function revokeKey(prefix) {
+    if (!confirm("Revoke API key " + prefix + "? Calls with it fail at once.")) return;
+    if (await post("tenants/" + encodeURIComponent(detailSlug) + "/api-keys/" + encodeURIComponent(prefix) + "/revoke", {}, "Revoke key")) openTenant(detailSlug);
+  }
+  async function pauseResume(action) {
+    let body = {};
+    if (action === "pause") {
+      const reason = prompt("Why pause this tenant's sending? (shown beside it)", "paused by an operator");
+      if (reason === null) return;
+      body = { reason: reason };
+    }
+    if (await post("tenants/" + encodeURIComponent(detailSlug) + "/" + action, body, action)) openTenant(detailSlug);
+  }
+
+  // The audit log: the first page follows the refresh until "load more".
+  let auditPaged = false;
+  let auditNext = 0;
+  async function loadAudit(more) {
+    try {
+      const p = await getJSON("audit?" + query({ before: more ? auditNext : 0 }));
+      if (!more && !changed("audit", p.items)) return;
+      const rows = p.items.map((a) => {
+        const tr = el("tr");
+        tr.dataset.id = a.id;
+        tr.dataset.action = a.action;
+        const det = a.details && Object.keys(a.details).length ? JSON.stringify(a.details) : "";
+        tr.append(el("td", a.id), timeCell(a.at), el("td", a.actor, "mono"), el("td", a.action), el("td", a.tenant || ""),
+          el("td", a.conversation_id || "", "mono"), el("td", a.message_id || "", "mono"), el("td", a.dead_letter_id || ""), el("td", det, "text mono muted"));
+        return tr;
+      });
+      const tbody = document.querySelector("#audit tbody");
+      if (more) tbody.append(...rows);
+      else if (rows.length) tbody.replaceChildren(...rows);
+      else fill("audit", [], "No operator actions yet.");
+      auditNext = p.next || 0;
+      auditPaged = more || auditPaged;
+      document.getElementById("audit-more").hidden = !auditNext;
+    } catch (err) {
+      showError("Audit log failed: " + err.message, "refresh");
+    }
+  }
+
+  function on(id, ev, f) { document.getElementById(id).addEventListener(ev, f); }
+  on("search-form", "submit", (ev) => { ev.preventDefault(); search(false); });
+  on("search-more", "click", () => search(true));
+  on("timeline-more", "click", () => openTimeline(timelineOf.tenant, timelineOf.conv, true));
+  on("timeline-close", "click", () => { document.getElementById("timeline").hidden = true; });
+  on("dl-form", "submit", (ev) => { ev.preventDefault(); dlLoad(false); });
+  on("dl-more", "click", () => dlLoad(true));
+  on("dl-replay-all", "click", () => dlBulk("replay"));
+  on("dl-skip-all", "click", () => dlBulk("skip"));
+  on("tenant-form", "submit", createTenant);
+  on("once-done", "click", hideOnce);
+  on("settings-form", "submit", saveSettings);
+  on("cred-form", "submit", setCredential);
+  on("key-new", "click", newKey);
+  on("pause", "click", () => pauseResume("pause"));
+  on("resume", "click", () => pauseResume("resume"));
+  on("detail-close", "click", () => { document.getElementById("tenant-detail").hidden = true; });
+  on("audit-more", "click", () => loadAudit(true));
 
   refresh();
 })();
