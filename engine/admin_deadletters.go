@@ -180,7 +180,7 @@ func (e *Engine) BulkResolve(ctx context.Context, f AdminDeadLetterFilter, actio
 	}
 	summary, _ := json.Marshal(map[string]any{"filter": filter, "selected": r.Selected, "resolved": r.Resolved, "conflicts": r.Conflicts})
 	err = e.Tx(ctx, func(tx pgx.Tx) error {
-		return e.Audit(ctx, tx, AuditEntry{Actor: actor, Action: "dead_letters.bulk_" + action, Tenant: f.Tenant, Details: summary})
+		return Audit(ctx, tx, AuditEntry{Actor: actor, Action: "dead_letters.bulk_" + action, Tenant: f.Tenant, Details: summary})
 	})
 	if err != nil {
 		return r, translate(err, "audit bulk "+action)

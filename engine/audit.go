@@ -5,6 +5,7 @@ package engine
 // transaction (Audit on its tx), so the log and the data never disagree.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -61,7 +62,7 @@ VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), NULLIF($5, ''), $6, coalesce($7:
 
 // Audit records a on q, the action's own transaction. Details must hold no
 // secret: callers pass what was changed, never a credential or key.
-func (e *Engine) Audit(ctx context.Context, q Querier, a AuditEntry) error {
+func Audit(ctx context.Context, q Querier, a AuditEntry) error {
 	if a.Actor == "" || a.Action == "" {
 		return fmt.Errorf("audit: actor and action required")
 	}
@@ -79,8 +80,11 @@ func (e *Engine) Audit(ctx context.Context, q Querier, a AuditEntry) error {
 type AuditFilter struct {
 	Tenant string // empty: every tenant
 	Before int64  // ids below this; 0: from the newest
-	Limit  int    // 1..500; 0 means 100
+	Limit  int    // 1..500; 0 means AuditLimitDefault
 }
+
+// AuditLimitDefault is the page size of AuditLog when none is asked for.
+const AuditLimitDefault = 100
 
 const auditQuery = `
 SELECT id, at, actor, action, coalesce(tenant, ''), coalesce(conversation_id, ''), coalesce(message_id, ''),
@@ -91,9 +95,7 @@ ORDER BY id DESC LIMIT $3`
 
 // AuditLog lists entries newest first.
 func (e *Engine) AuditLog(ctx context.Context, f AuditFilter) ([]AuditEntry, error) {
-	if f.Limit == 0 {
-		f.Limit = 100
-	}
+	f.Limit = cmp.Or(f.Limit, AuditLimitDefault)
 	if f.Limit < 1 || f.Limit > 500 {
 		return nil, Errorf(CodeInvalid, "limit: must be 1 to 500")
 	}

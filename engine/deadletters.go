@@ -218,7 +218,7 @@ func (e *Engine) resolve(ctx context.Context, tenantID int64, id, resolution, ac
 			return err
 		}
 		action := map[string]string{"replayed": "dead_letter.replay", "skipped": "dead_letter.skip"}[resolution]
-		if err := e.Audit(ctx, tx, AuditEntry{Actor: actor, Action: action, Tenant: slug, ConversationID: convID,
+		if err := Audit(ctx, tx, AuditEntry{Actor: actor, Action: action, Tenant: slug, ConversationID: convID,
 			MessageID: messageID, DeadLetterID: &n, Details: details}); err != nil {
 			return err
 		}

@@ -82,7 +82,25 @@ func (s *Store) CreateAPIKeyTx(ctx context.Context, q Querier, tenantSlug string
 }
 
 const revokeAPIKey = `
-UPDATE ordo.api_keys SET revoked_at = now() WHERE prefix = $1 AND revoked_at IS NULL`
+UPDATE ordo.api_keys k SET revoked_at = now()
+FROM ordo.tenants t
+WHERE t.id = k.tenant_id AND k.prefix = $1 AND k.revoked_at IS NULL
+RETURNING t.slug`
+
+// RevokeAPIKey makes the key with prefix stop working at once. It returns
+// ErrNotFound if no valid key has that prefix (unknown or already revoked).
+func (s *Store) RevokeAPIKey(ctx context.Context, prefix string) error {
+	_, err := s.RevokeAPIKeyTx(ctx, s.pool, prefix)
+	return err
+}
+
+// RevokeAPIKeyTx is RevokeAPIKey on q; it returns the key's tenant.
+func (s *Store) RevokeAPIKeyTx(ctx context.Context, q Querier, prefix string) (tenantSlug string, err error) {
+	if err := q.QueryRow(ctx, revokeAPIKey, prefix).Scan(&tenantSlug); err != nil {
+		return "", fmt.Errorf("revoke api key %q: %w", prefix, notFound(err))
+	}
+	return tenantSlug, nil
+}
 
 const revokeTenantAPIKey = `
 UPDATE ordo.api_keys k SET revoked_at = now()
@@ -98,19 +116,6 @@ func (s *Store) RevokeTenantAPIKeyTx(ctx context.Context, q Querier, tenantSlug,
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("revoke api key %q of tenant %q: %w", prefix, tenantSlug, ErrNotFound)
-	}
-	return nil
-}
-
-// RevokeAPIKey makes the key with prefix stop working at once. It returns
-// ErrNotFound if no valid key has that prefix (unknown or already revoked).
-func (s *Store) RevokeAPIKey(ctx context.Context, prefix string) error {
-	tag, err := s.pool.Exec(ctx, revokeAPIKey, prefix)
-	if err != nil {
-		return fmt.Errorf("revoke api key %q: %w", prefix, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("revoke api key %q: %w", prefix, ErrNotFound)
 	}
 	return nil
 }

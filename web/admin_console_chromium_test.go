@@ -147,7 +147,6 @@ func TestAdminConsoleInChromium(t *testing.T) {
 		return e.Count(`SELECT count(*) FROM ordo.dead_letters WHERE resolved_at IS NULL`) == total
 	})
 	b.poll(fmt.Sprintf(`(document.querySelector('#tile-overall [data-tile="open dead letters"] b')?.innerText) === '%d'`, total))
-	b.shot("admin-live.png", "#tiles")
 
 	// Find a conversation by its id and read its timeline.
 	target := conv("beta", 3)
@@ -228,6 +227,11 @@ func TestAdminConsoleInChromium(t *testing.T) {
 	if n := e.Count(`SELECT count(*) FROM ordo.dead_letters WHERE resolved_at IS NULL`); n != 2*perTenant {
 		t.Errorf("open dead letters after beta's replay: %d, want acme's and gamma's %d", n, 2*perTenant)
 	}
+	b.poll(fmt.Sprintf(`(document.querySelector('#tiles tr[data-id="beta"]')?.innerText || '').split('\t')[2] === '%.1f'`, float64(perTenant)/15))
+	if tile := b.text(`#tiles tr[data-id="beta"]`); strings.Contains(tile, "–") || !strings.HasSuffix(strings.TrimSpace(tile), "0") {
+		t.Errorf("beta's tile after the replay %q: want its sends, their latency and no open dead letter", tile)
+	}
+	b.shot("admin-live.png", "#tiles")
 
 	// Pause gamma from the page: its new message waits; resume: it goes out.
 	b.run("pause gamma", 30*time.Second,
@@ -250,7 +254,7 @@ func TestAdminConsoleInChromium(t *testing.T) {
 	// Every action is in the page's audit list (loading more as needed).
 	wantActions := []string{"tenant.create", "credential.set", "tenant.update", "dead_letter.replay", "dead_letters.bulk_replay", "tenant.pause", "tenant.resume"}
 	b.poll(`!!document.querySelector('#audit tbody tr[data-action="tenant.resume"]')`)
-	for range 5 {
+	for range 8 {
 		if b.eval(`!!document.querySelector('#audit tbody tr[data-action="tenant.create"]')`) == "true" {
 			break
 		}

@@ -5,6 +5,7 @@ package web
 // timeline, the live tiles and the audit log.
 
 import (
+	"cmp"
 	"net/http"
 
 	"github.com/ordo-dev/ordo/engine"
@@ -132,17 +133,22 @@ func (s *Server) adminTiles(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) adminAudit(w http.ResponseWriter, r *http.Request) {
 	before, err := queryInt(r, "before")
+	var limit int64
+	if err == nil {
+		limit, err = queryInt(r, "limit")
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	list, err := s.engine.AuditLog(r.Context(), engine.AuditFilter{Tenant: r.URL.Query().Get("tenant"), Before: before, Limit: 50})
+	f := engine.AuditFilter{Tenant: r.URL.Query().Get("tenant"), Before: before, Limit: int(min(limit, 1000))}
+	list, err := s.engine.AuditLog(r.Context(), f)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	var next int64
-	if len(list) == 50 {
+	if n := cmp.Or(f.Limit, engine.AuditLimitDefault); len(list) == n {
 		next = list[len(list)-1].ID
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"items": list, "next": next})

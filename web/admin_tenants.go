@@ -152,7 +152,7 @@ func (s *Server) audited(r *http.Request, f func(tx pgx.Tx) (engine.AuditEntry, 
 			return err
 		}
 		a.Actor = adminActor(r)
-		if err := s.engine.Audit(ctx, tx, a); err != nil {
+		if err := engine.Audit(ctx, tx, a); err != nil {
 			return err
 		}
 		s.logger.InfoContext(ctx, "admin action", slog.String("action", a.Action), slog.String("tenant", a.Tenant), slog.String("actor", a.Actor))

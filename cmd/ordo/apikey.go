@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/ordo-dev/ordo/cmd/internal/cli"
+	"github.com/ordo-dev/ordo/engine"
 )
 
 const apiKeyUsage = "ordo apikey create --tenant S | revoke --prefix P | list --tenant S"
@@ -42,7 +44,14 @@ func apiKeyCreate(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	key, prefix, err := store.CreateAPIKey(ctx, *slug)
+	var key, prefix string
+	err = audited(ctx, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
+		var err error
+		if key, prefix, err = store.CreateAPIKeyTx(ctx, tx, *slug); err != nil {
+			return engine.AuditEntry{}, err
+		}
+		return engine.AuditEntry{Action: "api_key.create", Tenant: *slug, Details: auditDetails(map[string]string{"prefix": prefix})}, nil
+	})
 	if err != nil {
 		return err
 	}
@@ -67,7 +76,14 @@ func apiKeyRevoke(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	if err := store.RevokeAPIKey(ctx, *prefix); err != nil {
+	err = audited(ctx, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
+		slug, err := store.RevokeAPIKeyTx(ctx, tx, *prefix)
+		if err != nil {
+			return engine.AuditEntry{}, err
+		}
+		return engine.AuditEntry{Action: "api_key.revoke", Tenant: slug, Details: auditDetails(map[string]string{"prefix": *prefix})}, nil
+	})
+	if err != nil {
 		return err
 	}
 	return cli.PrintJSON(env.Stdout, struct {

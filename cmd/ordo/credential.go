@@ -9,7 +9,10 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/ordo-dev/ordo/cmd/internal/cli"
+	"github.com/ordo-dev/ordo/engine"
+	"github.com/ordo-dev/ordo/tenants"
 )
 
 const credentialUsage = "ordo credential set --tenant S --name whatsapp|handler_auth --from-file F|-"
@@ -61,11 +64,18 @@ func credentialSet(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	t, err := store.BySlug(ctx, *slug)
+	var t tenants.Tenant
+	err = audited(ctx, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
+		var err error
+		if t, err = store.BySlugTx(ctx, tx, *slug); err != nil {
+			return engine.AuditEntry{}, err
+		}
+		if err := vault.Put(ctx, tx, t.ID, *name, value); err != nil {
+			return engine.AuditEntry{}, err
+		}
+		return engine.AuditEntry{Action: "credential.set", Tenant: t.Slug, Details: auditDetails(map[string]string{"name": *name})}, nil
+	})
 	if err != nil {
-		return err
-	}
-	if err := vault.Put(ctx, pool, t.ID, *name, value); err != nil {
 		return err
 	}
 	return cli.PrintJSON(env.Stdout, struct {

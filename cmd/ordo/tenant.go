@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"unicode"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/ordo-dev/ordo/cmd/internal/cli"
+	"github.com/ordo-dev/ordo/engine"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -52,7 +56,15 @@ func tenantCreate(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	c, err := store.Create(ctx, tenants.CreateParams{Slug: *slug, Name: *name, HandlerURL: *handlerURL})
+	var c tenants.Created
+	err = audited(ctx, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
+		var err error
+		if c, err = store.CreateTx(ctx, tx, tenants.CreateParams{Slug: *slug, Name: *name, HandlerURL: *handlerURL}); err != nil {
+			return engine.AuditEntry{}, err
+		}
+		return engine.AuditEntry{Action: "tenant.create", Tenant: c.Tenant.Slug,
+			Details: auditDetails(map[string]any{"name": c.Tenant.Name, "handler_url_set": *handlerURL != ""})}, nil
+	})
 	if err != nil {
 		return err
 	}
@@ -140,7 +152,14 @@ func tenantUpdate(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	t, err := store.Update(ctx, *slug, p)
+	var t tenants.Tenant
+	err = audited(ctx, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
+		var err error
+		if t, err = store.UpdateTx(ctx, tx, *slug, p); err != nil {
+			return engine.AuditEntry{}, err
+		}
+		return engine.AuditEntry{Action: "tenant.update", Tenant: t.Slug, Details: auditDetails(updatedFields(p))}, nil
+	})
 	if err != nil {
 		return err
 	}
@@ -164,7 +183,14 @@ func tenantResume(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	resumed, err := store.ResumeSending(ctx, *slug)
+	var resumed bool
+	err = audited(ctx, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
+		var err error
+		if resumed, err = store.ResumeSendingTx(ctx, tx, *slug); err != nil {
+			return engine.AuditEntry{}, err
+		}
+		return engine.AuditEntry{Action: "tenant.resume", Tenant: *slug, Details: auditDetails(map[string]bool{"was_paused": resumed})}, nil
+	})
 	if err != nil {
 		return err
 	}
@@ -194,4 +220,32 @@ func tenantList(ctx context.Context, env *cli.Env, args []string) error {
 		}
 	}
 	return nil
+}
+
+// updatedFields names the settings an update changes, for the audit log,
+// in the admin page's words (max_attempts, handler_url, …): the values,
+// except the URLs (which can carry a secret), shown as set or removed.
+func updatedFields(p tenants.UpdateParams) map[string]any {
+	fields := map[string]any{}
+	b, _ := json.Marshal(p)
+	_ = json.Unmarshal(b, &fields)
+	out := map[string]any{}
+	for k, v := range fields {
+		if v == nil {
+			continue
+		}
+		var snake []rune
+		for i, r := range k {
+			if i > 0 && unicode.IsUpper(r) && unicode.IsLower(rune(k[i-1])) {
+				snake = append(snake, '_')
+			}
+			snake = append(snake, unicode.ToLower(r))
+		}
+		name := string(snake)
+		if name == "handler_url" || name == "events_url" {
+			v = map[bool]string{true: "set", false: "removed"}[v != ""]
+		}
+		out[name] = v
+	}
+	return out
 }

@@ -4,6 +4,7 @@
 
 (function () {
   const REFRESH_MS = 3000;
+  const PAGE = 25; // rows per "load more"
   // URLs are built on location.origin: a page opened as http://user:pw@host/
   // has a base URL with credentials, and fetch refuses those.
   const api = (path) => location.origin + "/admin/api/" + path;
@@ -331,7 +332,7 @@
       searchNext = 0;
     }
     try {
-      const p = await getJSON("messages?" + query({ ...searchParams, before: more ? searchNext : 0 }));
+      const p = await getJSON("messages?" + query({ ...searchParams, before: more ? searchNext : 0, limit: PAGE }));
       const tbody = document.querySelector("#search tbody");
       const rows = p.items.map((m) => {
         const tr = el("tr");
@@ -416,7 +417,7 @@
       dlNext = 0;
     }
     try {
-      const p = await getJSON("dead-letters?" + query({ ...dlFilter, after: more ? dlNext : 0 }));
+      const p = await getJSON("dead-letters?" + query({ ...dlFilter, after: more ? dlNext : 0, limit: PAGE }));
       const tbody = document.querySelector("#dl-console tbody");
       const rows = p.items.map((d) => {
         const tr = el("tr", undefined, d.resolved_at ? "resolved" : "open");
@@ -575,7 +576,7 @@
   let auditNext = 0;
   async function loadAudit(more) {
     try {
-      const p = await getJSON("audit?" + query({ before: more ? auditNext : 0 }));
+      const p = await getJSON("audit?" + query({ before: more ? auditNext : 0, limit: PAGE }));
       if (!more && !changed("audit", p.items)) return;
       const rows = p.items.map((a) => {
         const tr = el("tr");
