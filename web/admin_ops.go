@@ -11,7 +11,7 @@ import (
 	"github.com/ordo-dev/ordo/engine"
 )
 
-func deadLetterFilter(r *http.Request, tenant, reason, minAge string) (engine.AdminDeadLetterFilter, error) {
+func deadLetterFilter(tenant, reason, minAge string) (engine.AdminDeadLetterFilter, error) {
 	age, err := parseAge("min_age", minAge)
 	if err != nil {
 		return engine.AdminDeadLetterFilter{}, err
@@ -21,7 +21,7 @@ func deadLetterFilter(r *http.Request, tenant, reason, minAge string) (engine.Ad
 
 func (s *Server) adminDeadLetters(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f, err := deadLetterFilter(r, q.Get("tenant"), q.Get("reason"), q.Get("min_age"))
+	f, err := deadLetterFilter(q.Get("tenant"), q.Get("reason"), q.Get("min_age"))
 	if err == nil {
 		f.State = q.Get("state")
 		f.After, err = queryInt(r, "after")
@@ -56,7 +56,7 @@ func (s *Server) adminBulk(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	f, err := deadLetterFilter(r, in.Tenant, in.Reason, in.MinAge)
+	f, err := deadLetterFilter(in.Tenant, in.Reason, in.MinAge)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
