@@ -134,6 +134,9 @@ func TestAdminAuthCSRFAndSecrets(t *testing.T) {
 	if n := e.Count(`SELECT count(*) FROM ordo.dead_letters WHERE resolved_at IS NULL`); n != 1 {
 		t.Fatalf("a forged write resolved the dead letter (%d open)", n)
 	}
+	if n := e.Count(`SELECT count(*) FROM ordo.audit_log`); n != 0 {
+		t.Fatalf("refused writes left %d audit entries", n)
+	}
 
 	// The page's own write works, across tenants, once.
 	write := withHeader(withHeader(auth, "X-Ordo-Admin", "1"), "Origin", e.URL)
@@ -141,6 +144,10 @@ func TestAdminAuthCSRFAndSecrets(t *testing.T) {
 	mustStatus(t, "skip", a, http.StatusOK)
 	if d := decode[engine.DeadLetter](t, a); d.Resolution != "skipped" || d.Tenant != "acme" || (len(d.Payload) != 0 && string(d.Payload) != "null") {
 		t.Errorf("skip answered %s; want skipped, without the payload", a)
+	}
+	if n := e.Count(`SELECT count(*) FROM ordo.audit_log WHERE actor = 'admin:any-user-name' AND action = 'dead_letter.skip'
+		AND dead_letter_id = $1::bigint AND tenant = 'acme' AND conversation_id = 'c1' AND message_id = 'adm-1'`, dl); n != 1 {
+		t.Errorf("the skip left %d audit entries naming the operator, the tenant, the conversation and the message; want 1", n)
 	}
 	mustError(t, "second skip", e.call(t, request{method: http.MethodPost, path: "/admin/api/dead-letters/" + dl + "/skip", header: write}), 409, "conflict")
 	mustError(t, "unknown dead letter", e.call(t, request{method: http.MethodPost, path: "/admin/api/dead-letters/999999/replay", header: write}), 404, "not_found")

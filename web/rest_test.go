@@ -699,6 +699,9 @@ func TestMessageConversationAndDeadLettersOverHTTP(t *testing.T) {
 		t.Errorf("conversation u3 after replay: %s %d/%d, want active and caught up", conv.Status, conv.HeadSeq, conv.LastSeq)
 	}
 	mustError(t, "second replay", e.call(t, request{method: http.MethodPost, path: "/v1/dead-letters/" + dl + "/replay", key: key}), 409, "conflict")
+	if n := e.Count(`SELECT count(*) FROM ordo.audit_log WHERE actor = 'api:acme' AND action = 'dead_letter.replay' AND dead_letter_id = $1::bigint`, dl); n != 1 {
+		t.Errorf("the tenant's replay left %d audit entries, want 1 (the refused second one none)", n)
+	}
 	mustError(t, "skip after replay", e.call(t, request{method: http.MethodPost, path: "/v1/dead-letters/" + dl + "/skip", key: key}), 409, "conflict")
 
 	// Skip: the message is given up, the conversation goes on.
