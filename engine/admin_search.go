@@ -149,8 +149,9 @@ type Timeline struct {
 	CreatedAt      time.Time  `json:"created_at"`
 	// Drain is the conversation's ready row (nil: nothing to run).
 	Drain *TimelineDrain `json:"drain"`
-	// Messages are in seq order from AfterSeq; Next is the AfterSeq of
+	// Messages are in seq order after AfterSeq; Next is the AfterSeq of
 	// the next page (0 at the end).
+	AfterSeq int64             `json:"after_seq"`
 	Messages []TimelineMessage `json:"messages"`
 	Next     int64             `json:"next,omitempty"`
 }
@@ -228,11 +229,18 @@ SELECT d.message_pk, d.id::text, d.reason, d.created_at, d.resolved_at, coalesce
 FROM ordo.dead_letters d WHERE d.message_pk = ANY($1)
 ORDER BY d.id`
 
-// TimelinePageSize is how many messages one timeline page holds.
-const TimelinePageSize = 100
+// Timeline pages.
+const (
+	// TimelinePageSize is how many messages one timeline page holds.
+	TimelinePageSize = 100
+	// TimelineBeforeHead is how many finished messages a timeline opened
+	// at the head shows before it: the context of what is stuck.
+	TimelineBeforeHead = 5
+)
 
 // AdminTimeline reads a conversation of the tenant with slug, its messages
-// from afterSeq on, in one snapshot.
+// from afterSeq on (a negative afterSeq: from TimelineBeforeHead messages
+// before the head, where a stuck conversation is stuck), in one snapshot.
 func (e *Engine) AdminTimeline(ctx context.Context, slug, conversationID string, afterSeq int64) (Timeline, error) {
 	if slug == "" {
 		return Timeline{}, Errorf(CodeInvalid, "tenant: required")
@@ -259,6 +267,10 @@ func (e *Engine) AdminTimeline(ctx context.Context, slug, conversationID string,
 		if dueAt != nil {
 			tl.Drain = &TimelineDrain{DueAt: *dueAt, Running: running, Woken: woken}
 		}
+		if afterSeq < 0 {
+			afterSeq = max(0, tl.HeadSeq-TimelineBeforeHead)
+		}
+		tl.AfterSeq = afterSeq
 		rows, _ := tx.Query(ctx, timelineMessages, pk, afterSeq, TimelinePageSize+1)
 		msgs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[timelineMessageRow])
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/ordo-dev/ordo/engine"
 	"github.com/ordo-dev/ordo/jobs/jobstest"
 	"github.com/ordo-dev/ordo/tenants"
 	"github.com/ordo-dev/ordo/web"
@@ -156,6 +157,15 @@ func TestAdminConsoleInChromium(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#search tbody tr[data-id="`+msgID("beta", 3, 6)+`"]`)),
 		chromedp.Click(chromedp.CSS(`#search tbody tr[data-id="`+msgID("beta", 3, 0)+`"] a.conv`)),
 		chromedp.WaitVisible(chromedp.CSS(`#timeline-messages li.msg[data-id="`+msgID("beta", 3, 6)+`"]`)),
+	)
+	// It opens at the head, every message of it passed (policy skip): the
+	// earlier ones are one click away.
+	if n := b.count(`#timeline-messages li.msg`); n != engine.TimelineBeforeHead {
+		t.Errorf("the timeline opened with %d messages, want the last %d up to the head", n, engine.TimelineBeforeHead)
+	}
+	b.run("timeline from seq 1", 30*time.Second,
+		chromedp.Click(chromedp.CSS(`#timeline-start`)),
+		chromedp.WaitVisible(chromedp.CSS(`#timeline-messages li.msg[data-id="`+msgID("beta", 3, 0)+`"]`)),
 	)
 	if n := b.count(`#timeline-messages li.msg`); n != consolePerConv {
 		t.Errorf("the timeline shows %d messages, want %d", n, consolePerConv)

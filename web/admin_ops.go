@@ -106,8 +106,9 @@ func (s *Server) adminTimeline(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	conv := q.Get("conversation_id")
 	err := checkID("conversation_id", conv)
-	var after int64
-	if err == nil {
+	// Without after_seq the timeline opens around the head.
+	after := int64(-1)
+	if err == nil && q.Has("after_seq") {
 		after, err = queryInt(r, "after_seq")
 	}
 	if err != nil {

@@ -384,22 +384,28 @@
     }
     return li;
   }
-  async function openTimeline(tenant, conv, more) {
+  // openTimeline opens around the head (where a stuck conversation is
+  // stuck); from = "start" opens at seq 1, more appends the next page.
+  async function openTimeline(tenant, conv, more, from) {
     try {
-      const after = more ? timelineOf.next : 0;
-      const tl = await getJSON("timeline?" + query({ tenant: tenant, conversation_id: conv, after_seq: after }));
+      let path = "timeline?" + query({ tenant: tenant, conversation_id: conv });
+      if (more) path += "&after_seq=" + timelineOf.next;
+      else if (from === "start") path += "&after_seq=0";
+      const tl = await getJSON(path);
       timelineOf = { tenant: tenant, conv: conv, next: tl.next || 0 };
       const sec = document.getElementById("timeline");
       sec.hidden = false;
       document.getElementById("timeline-title").textContent = tenant + " / " + conv;
       const drain = tl.drain ? "drain due " + tl.drain.due_at + (tl.drain.running ? ", running" : ", waiting") + (tl.drain.woken ? ", woken" : "") : "no drain (nothing to run)";
       document.getElementById("timeline-head").textContent = "head seq " + tl.head_seq + " · last seq " + tl.last_seq + " · fence " + tl.fence +
-        (tl.halted_at ? " · HALTED since " + tl.halted_at : " · active") + (tl.paused_wait ? " · waiting for the tenant's sending to resume" : "") + " · " + drain;
+        (tl.halted_at ? " · HALTED since " + tl.halted_at : " · active") + (tl.paused_wait ? " · waiting for the tenant's sending to resume" : "") + " · " + drain +
+        (tl.after_seq ? " · showing after seq " + tl.after_seq : "");
       const list = document.getElementById("timeline-messages");
       const items = tl.messages.map(messageItem);
       if (more) list.append(...items);
       else list.replaceChildren(...items);
       document.getElementById("timeline-more").hidden = !timelineOf.next;
+      if (!more) document.getElementById("timeline-start").hidden = tl.after_seq === 0;
       if (!more) sec.scrollIntoView();
       showError("", "action");
     } catch (err) {
@@ -603,6 +609,7 @@
   on("search-form", "submit", (ev) => { ev.preventDefault(); search(false); });
   on("search-more", "click", () => search(true));
   on("timeline-more", "click", () => openTimeline(timelineOf.tenant, timelineOf.conv, true));
+  on("timeline-start", "click", () => openTimeline(timelineOf.tenant, timelineOf.conv, false, "start"));
   on("timeline-close", "click", () => { document.getElementById("timeline").hidden = true; });
   on("dl-form", "submit", (ev) => { ev.preventDefault(); dlLoad(false); });
   on("dl-more", "click", () => dlLoad(true));
