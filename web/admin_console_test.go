@@ -2,7 +2,9 @@ package web_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -195,4 +197,60 @@ func queryString(t *testing.T, e *env, q string) string {
 		return "NULL"
 	}
 	return *s
+}
+
+// Dead letters by filter: the preview counts what the filter selects (by
+// tenant, reason text and age), and Skip all lets each halted conversation
+// go on with the messages behind its dead one, in order; one audit entry
+// per dead letter and one for the bulk action.
+func TestAdminConsoleBulkSkip(t *testing.T) {
+	t.Parallel()
+	e := start(t, options{web: web.Config{AdminPassword: adminPassword}})
+	e.WhatsApp.SetResponder(failPrefixed)
+	auth := basic("bob", adminPassword)
+	write := withHeader(withHeader(auth, "X-Ordo-Admin", "1"), "Origin", e.URL)
+	for _, c := range []string{"c1", "c2", "c3"} {
+		e.deadLetter(t, "dead-"+c, c)
+		for i := range 2 {
+			mustStatus(t, "behind", e.post(t, e.APIKey, "/v1/messages", outbound(fmt.Sprintf("behind-%s-%d", c, i), c, "fine")), http.StatusAccepted)
+		}
+	}
+	preview := func(query string) int64 {
+		t.Helper()
+		a := e.call(t, request{method: http.MethodGet, path: "/admin/api/dead-letters?" + query, header: auth})
+		mustStatus(t, "preview "+query, a, 200)
+		return decode[engine.AdminDeadLetterPage](t, a).Total
+	}
+	first := decode[engine.AdminDeadLetterPage](t, e.call(t, request{method: http.MethodGet, path: "/admin/api/dead-letters?tenant=acme", header: auth})).Items[0]
+	shouting := url.QueryEscape(strings.ToUpper(first.Reason[len(first.Reason)/2:]))
+	for query, want := range map[string]int64{
+		"tenant=acme": 3, "tenant=other": 0, "reason=131026": 3, "reason=" + shouting: 3, "reason=no-such-reason": 0,
+		"min_age=1h": 0, "min_age=0s": 3, "state=resolved": 0, "state=all&tenant=acme&limit=1": 3,
+	} {
+		if got := preview(query); got != want {
+			t.Errorf("preview %s: %d, want %d", query, got, want)
+		}
+	}
+	mustStatus(t, "nothing older than 1h", e.call(t, request{method: http.MethodPost, path: "/admin/api/dead-letters/bulk", header: write,
+		body: `{"action":"skip","tenant":"acme","min_age":"1h"}`}), 200)
+	a := e.call(t, request{method: http.MethodPost, path: "/admin/api/dead-letters/bulk", header: write, body: `{"action":"skip","tenant":"acme","reason":"131026"}`})
+	mustStatus(t, "skip all", a, 200)
+	if r := decode[engine.BulkResult](t, a); r.Selected != 3 || r.Resolved != 3 || r.Conflicts != 0 || r.More {
+		t.Errorf("skip all: %+v", r)
+	}
+	for _, c := range []string{"c1", "c2", "c3"} {
+		e.waitStatus(t, e.APIKey, "behind-"+c+"-1", "done")
+		if m := decode[engine.Message](t, e.get(t, e.APIKey, "/v1/messages/dead-"+c)); m.Status != "skipped" {
+			t.Errorf("dead-%s after skip all: %s", c, m.Status)
+		}
+	}
+	if n := e.Count(`SELECT count(*) FROM ordo.audit_log WHERE actor = 'admin:bob' AND action = 'dead_letter.skip' AND details ->> 'bulk' = 'true'`); n != 3 {
+		t.Errorf("%d dead_letter.skip entries, want 3", n)
+	}
+	if n := e.Count(`SELECT count(*) FROM ordo.audit_log WHERE action = 'dead_letters.bulk_skip' AND (details ->> 'resolved')::int IN (0, 3)`); n != 2 {
+		t.Errorf("%d dead_letters.bulk_skip entries, want the empty one and the one of 3", n)
+	}
+	if got := preview("tenant=acme"); got != 0 {
+		t.Errorf("%d open dead letters left", got)
+	}
 }
