@@ -582,7 +582,8 @@
   let auditNext = 0;
   async function loadAudit(more) {
     try {
-      const p = await getJSON("audit?" + query({ before: more ? auditNext : 0, limit: PAGE }));
+      const tenant = document.querySelector("#audit-form select[name=tenant]").value;
+      const p = await getJSON("audit?" + query({ tenant: tenant, before: more ? auditNext : 0, limit: PAGE }));
       if (!more && !changed("audit", p.items)) return;
       const rows = p.items.map((a) => {
         const tr = el("tr");
@@ -624,6 +625,8 @@
   on("resume", "click", () => pauseResume("resume"));
   on("detail-close", "click", () => { document.getElementById("tenant-detail").hidden = true; });
   on("audit-more", "click", () => loadAudit(true));
+  on("audit-form", "change", () => { auditPaged = false; loadAudit(false); });
+  on("audit-form", "submit", (ev) => ev.preventDefault());
 
   refresh();
 })();
