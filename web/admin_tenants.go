@@ -143,21 +143,23 @@ func (s *Server) adminTenant(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
-// audited runs f and its audit entry in one transaction.
+// audited runs f and its audit entry in one transaction, and logs the
+// action (never its details) once it committed.
 func (s *Server) audited(r *http.Request, f func(tx pgx.Tx) (engine.AuditEntry, error)) error {
 	ctx := r.Context()
-	return s.engine.Tx(ctx, func(tx pgx.Tx) error {
-		a, err := f(tx)
-		if err != nil {
+	var a engine.AuditEntry
+	err := s.engine.Tx(ctx, func(tx pgx.Tx) error {
+		var err error
+		if a, err = f(tx); err != nil {
 			return err
 		}
 		a.Actor = adminActor(r)
-		if err := engine.Audit(ctx, tx, a); err != nil {
-			return err
-		}
-		s.logger.InfoContext(ctx, "admin action", slog.String("action", a.Action), slog.String("tenant", a.Tenant), slog.String("actor", a.Actor))
-		return nil
+		return engine.Audit(ctx, tx, a)
 	})
+	if err == nil {
+		s.logger.InfoContext(ctx, "admin action", slog.String("action", a.Action), slog.String("tenant", a.Tenant), slog.String("actor", a.Actor))
+	}
+	return err
 }
 
 func details(v any) json.RawMessage {
