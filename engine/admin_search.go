@@ -193,6 +193,9 @@ type TimelineStep struct {
 	AmbiguousCount    int             `json:"ambiguous_count"`
 	StartedAt         *time.Time      `json:"started_at"`
 	FinishedAt        *time.Time      `json:"finished_at"`
+	// RepliesDueAt is until when a waiting handle step (an async handler)
+	// waits for its replies.
+	RepliesDueAt *time.Time `json:"replies_due_at"`
 }
 
 // TimelineDeadLetter is a dead letter of a timeline's message.
@@ -220,7 +223,7 @@ ORDER BY m.seq LIMIT $3`
 
 const timelineSteps = `
 SELECT s.message_pk, s.id, s.idx, s.kind, s.status, s.attempts, s.errors, coalesce(s.provider_message_id, ''),
-       coalesce(s.provider_status, ''), s.provider_status_at, s.ambiguous_count, s.started_at, s.finished_at
+       coalesce(s.provider_status, ''), s.provider_status_at, s.ambiguous_count, s.started_at, s.finished_at, s.replies_due_at
 FROM ordo.steps s WHERE s.message_pk = ANY($1)
 ORDER BY s.message_pk, s.idx`
 

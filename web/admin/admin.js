@@ -8,7 +8,7 @@
   // URLs are built on location.origin: a page opened as http://user:pw@host/
   // has a base URL with credentials, and fetch refuses those.
   const api = (path) => location.origin + "/admin/api/" + path;
-  const STATUSES = ["queued", "running", "done", "dead", "skipped", "active", "halted", "paused", "open", "replayed"];
+  const STATUSES = ["queued", "running", "waiting", "done", "dead", "skipped", "active", "halted", "paused", "open", "replayed"];
 
   let busy = false; // an action is in flight: hold the refresh
   let timer = null;
@@ -365,6 +365,7 @@
     if (s.provider_message_id) li.append(el("span", " · " + s.provider_message_id, "mono muted"));
     if (s.provider_status) li.append(" ", pill(s.provider_status), el("span", s.provider_status_at ? " at " + s.provider_status_at : "", "muted"));
     if (s.ambiguous_count) li.append(el("span", " · " + s.ambiguous_count + " ambiguous", "muted"));
+    if (s.status === "waiting" && s.replies_due_at) li.append(el("span", " · replies due by " + s.replies_due_at, "muted"));
     for (const a of s.errors || []) {
       li.append(el("div", "attempt " + (a.attempt ?? "?") + " · " + (a.at || "") + " · " + (a.error || ""), "attempt"));
     }
