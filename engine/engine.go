@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordo-dev/ordo/metrics"
 )
 
 // Engine accepts messages and answers questions about them.
@@ -27,14 +29,26 @@ type Engine struct {
 	ingest *batcher // groups concurrent Ingest calls (batch.go)
 	// fallbackSem bounds failed batches' messages run on their own at once.
 	fallbackSem chan struct{}
+	metrics     *metrics.Metrics // nil: nothing recorded
 }
 
+// Option configures an Engine.
+type Option func(*Engine)
+
+// WithMetrics records accepted and duplicate messages (REST and webhooks)
+// and webhook statuses on m.
+func WithMetrics(m *metrics.Metrics) Option { return func(e *Engine) { e.metrics = m } }
+
 // New returns an Engine on pool.
-func New(pool *pgxpool.Pool, logger *slog.Logger) *Engine {
+func New(pool *pgxpool.Pool, logger *slog.Logger, opts ...Option) *Engine {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Engine{pool: pool, logger: logger, ingest: newBatcher(), fallbackSem: make(chan struct{}, fallbackParallel)}
+	e := &Engine{pool: pool, logger: logger, ingest: newBatcher(), fallbackSem: make(chan struct{}, fallbackParallel)}
+	for _, o := range opts {
+		o(e)
+	}
+	return e
 }
 
 // Querier is what a write runs on: the pool, or a caller's transaction
@@ -71,7 +85,15 @@ WHERE m.id = $1`
 // Concurrent calls share one transaction (batch.go); each returns only after
 // the commit holding its message.
 func (e *Engine) Ingest(ctx context.Context, m NewMessage) (Accepted, error) {
-	return e.ingestGrouped(ctx, m)
+	a, err := e.ingestGrouped(ctx, m)
+	switch {
+	case err != nil:
+	case a.Duplicate:
+		e.metrics.Accepted(metrics.SourceREST, m.Direction, 0, 1)
+	default:
+		e.metrics.Accepted(metrics.SourceREST, m.Direction, 1, 0)
+	}
+	return a, err
 }
 
 // IngestTx accepts m inside q, which may be a caller's transaction: the

@@ -41,6 +41,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ordo-dev/ordo/jobs/whatsapp"
+	"github.com/ordo-dev/ordo/metrics"
 )
 
 // webhookTxAttempts bounds how often a webhook's transaction is retried when
@@ -122,6 +123,11 @@ func (e *Engine) StoreWebhook(ctx context.Context, t WebhookTenant, wh whatsapp.
 			}
 			return nil
 		})
+		if err == nil {
+			// Counted once committed, as REST's are.
+			e.metrics.Accepted(metrics.SourceWebhook, "inbound", res.Accepted, res.Duplicates)
+			e.metrics.WebhookStatuses(res.Statuses)
+		}
 		if err == nil || attempt == webhookTxAttempts || !isTxConflict(err) {
 			if err != nil && ErrorCode(err) == CodeInternal {
 				err = translate(err, "store webhook")

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ordo-dev/ordo/metrics"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -133,6 +134,9 @@ type Config struct {
 	// PruneBatch is how many messages one pruning transaction handles.
 	// Default PruneBatchDefault.
 	PruneBatch int
+	// Metrics records step outcomes, send and handler latency, accept→send
+	// latency and the drains running. Default nil: nothing recorded.
+	Metrics *metrics.Metrics
 }
 
 // PruneIntervalDefault and PruneBatchDefault are Config's pruning defaults.

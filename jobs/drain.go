@@ -101,6 +101,7 @@ type ended struct {
 // on a dead letter. runner names the runner in the log.
 func (d *Drainer) drain(ctx context.Context, s *session, st convState, runner string) (ended, error) {
 	started := time.Now()
+	defer d.cfg.Metrics.DrainStarted()()
 	conv := s.conv
 	log := d.logger.With(slog.Int64("conversation", conv), slog.String("runner", runner), slog.Int64("fence", st.fence))
 	if st.halted {

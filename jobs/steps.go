@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ordo-dev/ordo/jobs/whatsapp"
+	"github.com/ordo-dev/ordo/metrics"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -236,6 +237,7 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 		answer     handlerAnswer
 		replies    json.RawMessage
 	)
+	callStart := time.Now()
 	switch st.kind {
 	case "handle":
 		answer, err = r.callHandler(callCtx, m)
@@ -246,6 +248,7 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 		providerID = &id
 	}
 	cancel()
+	r.d.cfg.Metrics.Call(st.kind, time.Since(callStart), err)
 	if r.d.hooks.afterEffect != nil {
 		r.d.hooks.afterEffect(st.id)
 	}
@@ -356,6 +359,13 @@ func (r *run) finish(ctx context.Context, m message, st *step, providerID *strin
 	b.Queue(finishStepQuery, r.s.conv, r.s.fence, lockNamespace, st.id, providerID, m.pk, m.seq, last, replies, gap).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&finished, &unlocked)
 	})
+	var sinceAccepted *time.Duration
+	if st.kind == "send" && r.d.cfg.Metrics != nil {
+		// In the same round trip: a primary-key read.
+		b.Queue(sinceAcceptedQuery, m.pk).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&sinceAccepted)
+		})
+	}
 	if last && r.prefetch {
 		// Same transaction, after the finish: nothing when the finish
 		// caught the conversation up (and released it).
@@ -378,8 +388,16 @@ func (r *run) finish(ctx context.Context, m message, st *step, providerID *strin
 	}
 	r.s.unlocked = unlocked
 	st.status = "done"
+	r.d.cfg.Metrics.Step(st.kind, metrics.StepDone)
+	if sinceAccepted != nil {
+		r.d.cfg.Metrics.AcceptToSend(*sinceAccepted)
+	}
 	return outcome{kind: outcomeDone, finished: finished, next: next}, nil
 }
+
+// sinceAcceptedQuery is how long ago a message was accepted, for
+// ordo_accept_to_send_seconds.
+const sinceAcceptedQuery = `SELECT clock_timestamp() - created_at FROM ordo.messages WHERE id = $1`
 
 // settleAmbiguous deals with a send whose last attempt has no known outcome:
 // it failed ambiguously (5xx, timeout, dropped connection, 131000, 131016),
@@ -399,6 +417,7 @@ func (r *run) settleAmbiguous(ctx context.Context, m message, st *step, last boo
 			return outcome{}, true, err
 		}
 		st.status = "unknown"
+		r.d.cfg.Metrics.Step(st.kind, metrics.StepAmbiguous)
 		r.log.WarnContext(ctx, "send outcome unknown", slog.Int64("step_id", st.id), slog.Int64("seq", m.seq))
 	}
 	if st.providerStatus != nil && *st.providerStatus == "failed" {
@@ -533,6 +552,11 @@ func (r *run) failed(ctx context.Context, m message, st *step, f *failure) (outc
 	if f.action == actPairRate {
 		delay = pairRateDelay(pairErrors, r.d.cfg.PairRateUnit)
 	}
+	if status == "unknown" {
+		r.d.cfg.Metrics.Step(st.kind, metrics.StepAmbiguous)
+	} else {
+		r.d.cfg.Metrics.Step(st.kind, metrics.StepRetry)
+	}
 	r.log.InfoContext(ctx, "step failed; will retry", slog.String("message_id", m.id), slog.Int64("seq", m.seq),
 		slog.Int64("step_id", st.id), slog.String("kind", st.kind), slog.Int("attempt", st.attempts),
 		slog.String("error", f.msg), slog.Duration("delay", delay))
@@ -568,6 +592,7 @@ func (r *run) deadLetterWith(ctx context.Context, m message, st *step, reason st
 	if err := r.s.write(ctx, b); err != nil {
 		return outcome{}, err
 	}
+	r.d.cfg.Metrics.Step(st.kind, metrics.StepDead)
 	r.log.WarnContext(ctx, "message dead-lettered", slog.String("message_id", m.id), slog.Int64("seq", m.seq),
 		slog.Int64("step_id", st.id), slog.String("kind", st.kind), slog.Int("attempt", st.attempts),
 		slog.String("reason", reason), slog.Bool("halted", halt))
@@ -620,6 +645,7 @@ func (r *run) pauseSending(ctx context.Context, st *step, reason string, entry [
 	}
 	if st != nil {
 		st.status = "pending"
+		r.d.cfg.Metrics.Step(st.kind, metrics.StepPaused) // the attempt given back
 	}
 	if paused == 1 {
 		r.log.WarnContext(ctx, "tenant's sending paused: its conversations wait until an operator runs `ordo tenant resume`",

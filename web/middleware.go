@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gorilla/mux"
+
 	"github.com/ordo-dev/ordo/engine"
 	"github.com/ordo-dev/ordo/tenants"
 )
@@ -133,11 +135,12 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	return body, nil
 }
 
-// statusWriter remembers the status for the request log.
+// statusWriter remembers the status for the request log and the metrics.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
 	tenant string
+	route  string // the matched route's template (routeTemplate), if any
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -157,8 +160,26 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		if sw.status >= 500 {
 			level = slog.LevelWarn
 		}
+		elapsed := time.Since(start)
 		s.logger.Log(r.Context(), level, "http request",
 			slog.String("method", r.Method), slog.String("path", r.URL.EscapedPath()), slog.Int("status", sw.status),
-			slog.String("tenant", sw.tenant), slog.Duration("duration", time.Since(start)))
+			slog.String("tenant", sw.tenant), slog.Duration("duration", elapsed))
+		s.cfg.Metrics.HTTP(sw.route, r.Method, sw.status, elapsed)
+		if sw.route == webhookRoute && r.Method == http.MethodPost {
+			s.cfg.Metrics.Webhook(sw.status)
+		}
+	})
+}
+
+// routeTemplate tells logRequests which route matched, by its template
+// (the path itself holds ids, which no metric label may).
+func routeTemplate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if sw, ok := w.(*statusWriter); ok {
+			if route := mux.CurrentRoute(r); route != nil {
+				sw.route, _ = route.GetPathTemplate()
+			}
+		}
+		next.ServeHTTP(w, r)
 	})
 }

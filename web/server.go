@@ -6,7 +6,6 @@ package web
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/ordo-dev/ordo/engine"
+	"github.com/ordo-dev/ordo/metrics"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -99,6 +99,9 @@ type Config struct {
 	// Sandbox serves the built-in stand-in for the WhatsApp Cloud API under
 	// /sandbox/ (ordo dev), to loopback hosts only. Default off.
 	Sandbox bool
+	// Metrics records every request and webhook delivery, and is served at
+	// GET /metrics. Default nil: nothing recorded, /metrics answers 404.
+	Metrics *metrics.Metrics
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -179,8 +182,8 @@ func (s *Server) Handler() http.Handler {
 	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &engine.Error{Code: codeMethodNotAllowed, Message: "method not allowed"})
 	})
-	r.HandleFunc("/healthz", s.healthz).Methods(http.MethodGet)
-	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet)
+	r.Use(routeTemplate)
+	s.routeProbes(r)
 
 	// The API's routes sit on the main router, each behind authenticate: in a
 	// PathPrefix subrouter, gorilla/mux 1.8.1 answers a wrong method with 404
@@ -205,19 +208,4 @@ func (s *Server) Handler() http.Handler {
 		s.routeAdmin(r)
 	}
 	return s.logRequests(r)
-}
-
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-}
-
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	if err := s.engine.Ready(ctx); err != nil {
-		s.logger.WarnContext(ctx, "not ready", slog.String("error", err.Error()))
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }

@@ -51,10 +51,13 @@ const signatureHeader = "X-Hub-Signature-256"
 // slugPattern is the shape of a tenant slug: anything else is not looked up.
 var slugPattern = regexp.MustCompile(`^[a-z0-9-]{1,63}$`)
 
+// webhookRoute is the route of Meta's webhooks.
+const webhookRoute = "/webhooks/whatsapp/{tenant}"
+
 // routeWebhooks mounts Meta's webhooks (GET handshake, POST events).
 func (s *Server) routeWebhooks(r *mux.Router) {
-	r.HandleFunc("/webhooks/whatsapp/{tenant}", s.whatsappHandshake).Methods(http.MethodGet)
-	r.HandleFunc("/webhooks/whatsapp/{tenant}", s.whatsappEvents).Methods(http.MethodPost)
+	r.HandleFunc(webhookRoute, s.whatsappHandshake).Methods(http.MethodGet)
+	r.HandleFunc(webhookRoute, s.whatsappEvents).Methods(http.MethodPost)
 }
 
 // whatsappChannel returns the channel of the path's tenant; found is false

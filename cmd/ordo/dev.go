@@ -117,8 +117,9 @@ func runDev(ctx context.Context, env *cli.Env, args []string) error {
 	}
 	cfg := server.Config{
 		Role: "all", DatabaseURL: databaseURL, Addr: addr, Keys: keys,
-		Jobs: jobs.Config{Workers: 20, WhatsAppAPIURL: waURL},
-		Web:  web.Config{AdminPassword: adminPassword, Sandbox: true},
+		Jobs:  jobs.Config{Workers: 20, WhatsAppAPIURL: waURL},
+		Web:   web.Config{AdminPassword: adminPassword, Sandbox: true},
+		Build: buildLabels(),
 		Ready: func(string) {
 			fmt.Fprintf(env.Stdout, `
 ordo dev is running.

@@ -43,6 +43,7 @@ func commands() []command {
 		{name: "dead-letters", summary: "dead-letters list|replay|skip", run: runDeadLetters, devEnv: true},
 		{name: "purge", summary: "purge --tenant S [--before T] [--all]: erase a tenant's content", run: runPurge, devEnv: true},
 		{name: "n8n", summary: "n8n templates --tenant S: ordo's n8n workflows with the tenant's URLs filled in", run: runN8N},
+		{name: "healthcheck", summary: "exit 0 if the local server's /readyz answers 200 (for the container's healthcheck)", run: runHealthcheck},
 		{name: "version", summary: "print the build (module version, commit, Go version) as JSON", run: runVersion},
 		{name: "testenv", summary: "run a command against a throwaway Postgres (make test)", run: runTestEnv, hidden: true},
 	}

@@ -21,12 +21,13 @@ func TestCommandLine(t *testing.T) {
 		mustNot string
 	}{
 		{[]string{"--help"}, 0, "ORDO_MASTER_KEYS", "DATABASE_URL is not set"},
-		{[]string{"help"}, 0, "commands:", ""},
+		{[]string{"help"}, 0, "healthcheck", ""},
 		{[]string{"serve", "--help"}, 0, "-stop-timeout", "help requested"},
 		{[]string{"migrate", "--help"}, 0, "down --yes", "DATABASE_URL is not set"},
 		{[]string{"dead-letters", "list", "-h"}, 0, "usage: ordo dead-letters list", "DATABASE_URL is not set"},
 		{[]string{"tenant", "create", "-h"}, 0, "-slug", "DATABASE_URL is not set"},
 		{[]string{"version"}, 0, `"go":"go`, ""},
+		{[]string{"healthcheck", "--help"}, 0, "-addr", "DATABASE_URL is not set"},
 		{[]string{"migrate", "down"}, 1, "--yes", ""},
 		{[]string{"dead-letters", "replay"}, 1, "ordo dead-letters replay:", ""},
 		{[]string{"nonsense"}, 2, "unknown command", ""},

@@ -9,6 +9,7 @@ import (
 	"github.com/ordo-dev/ordo/cmd/internal/cli"
 	"github.com/ordo-dev/ordo/cmd/internal/server"
 	"github.com/ordo-dev/ordo/jobs"
+	"github.com/ordo-dev/ordo/metrics"
 	"github.com/ordo-dev/ordo/web"
 )
 
@@ -17,6 +18,7 @@ func runServe(ctx context.Context, env *cli.Env, args []string) error {
 	fs := cli.NewFlagSet(env, "ordo serve")
 	role := fs.String("role", "all", "all: API and workers; api: HTTP only; worker: River workers only")
 	workers := fs.Int("workers", 50, "conversations this process drains at once")
+	addr := fs.String("addr", "", "listen address: the API, or a worker's /healthz, /readyz and /metrics (default $ORDO_ADDR, else "+DefaultAddr+")")
 	// Zero keeps jobs.Config's default; the chaos run shortens them so that
 	// stalls and crashes are detected within seconds.
 	var jc jobs.Config
@@ -38,8 +40,19 @@ func runServe(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	return server.Run(ctx, env.Logger, server.Config{
-		Role: *role, DatabaseURL: env.DatabaseURL, Addr: cmp.Or(env.Addr, ":8080"), Keys: keys,
-		Jobs: jc,
-		Web:  web.Config{AdminPassword: env.AdminPassword},
+		Role: *role, DatabaseURL: env.DatabaseURL, Addr: cmp.Or(*addr, env.Addr, DefaultAddr), Keys: keys,
+		Jobs:  jc,
+		Web:   web.Config{AdminPassword: env.AdminPassword},
+		Build: buildLabels(),
 	})
+}
+
+// DefaultAddr is where `ordo serve` listens without ORDO_ADDR or --addr
+// (and what `ordo healthcheck` probes then).
+const DefaultAddr = ":8080"
+
+// buildLabels is ordo_build_info's labels: `ordo version`'s build.
+func buildLabels() metrics.Build {
+	b := cli.ReadBuild()
+	return metrics.Build{Version: b.Version, Commit: b.Commit, GoVersion: b.Go}
 }

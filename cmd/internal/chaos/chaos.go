@@ -322,6 +322,7 @@ func (r *run) setUp(ctx context.Context, dir string) error {
 	r.api = r.newProc(dir, "api", "serve", "--role", "api")
 	for i := range cfg.Workers {
 		r.workers = append(r.workers, r.newProc(dir, "worker-"+strconv.Itoa(i+1), "serve", "--role", "worker",
+			"--addr", "127.0.0.1:0", // its probes' listener: any free port, not the API's
 			"--workers", "16",
 			"--lease", cfg.Lease.String(),
 			"--send-timeout", cfg.SendTimeout.String(),

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/ordo-dev/ordo/engine"
 	"github.com/ordo-dev/ordo/jobs"
+	"github.com/ordo-dev/ordo/metrics"
 	ordosql "github.com/ordo-dev/ordo/sql"
 	"github.com/ordo-dev/ordo/tenants"
 	"github.com/ordo-dev/ordo/web"
@@ -33,7 +33,8 @@ type Config struct {
 	// workers only).
 	Role        string
 	DatabaseURL string
-	// Addr is the API's listening address (roles all and api).
+	// Addr is the listening address: the API's (roles all and api), or a
+	// worker's small listener for /healthz, /readyz and /metrics.
 	Addr string
 	Keys []tenants.MasterKey
 	Jobs jobs.Config
@@ -41,9 +42,11 @@ type Config struct {
 	// ShutdownPeriod bounds the graceful shutdown. Default: the workers'
 	// stop timeout (jobs.Config.StopTimeout) plus ShutdownMargin.
 	ShutdownPeriod time.Duration
-	// Ready, if set, is called with the listening address once serving
-	// (empty for a worker).
+	// Ready, if set, is called with the API's listening address once
+	// serving (empty for a worker).
 	Ready func(addr string)
+	// Build labels ordo_build_info (`ordo version`).
+	Build metrics.Build
 }
 
 // ShutdownMargin is what Config.ShutdownPeriod's default adds to the
@@ -85,38 +88,50 @@ func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 		return err
 	}
 	store := tenants.NewStore(pool, vault)
+	// One registry per process, every role: the pool, the database gauges
+	// (engine.TenantStats, cached) and what each part records.
+	var eng *engine.Engine
+	m, err := metrics.New(metrics.Config{Build: cfg.Build, Pool: pool,
+		Stats: func(ctx context.Context) ([]metrics.TenantStats, error) { return eng.TenantStats(ctx) }})
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	eng = engine.New(pool, log, engine.WithMetrics(m))
+	cfg.Jobs.Metrics, cfg.Web.Metrics = m, m
+	api := web.New(cfg.Web, eng, store, vault, log)
+
+	// Listen first: a taken port fails the start before any drain begins.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	srv := api.HTTPServer(cfg.Addr)
+	if cfg.Role == "worker" {
+		// No API: the probes and /metrics only.
+		srv.Handler = api.ProbeHandler()
+	}
 
 	var runner *jobs.Runner
 	if cfg.Role != "api" {
-		if runner, err = jobs.NewRunner(pool, cfg.Jobs, store, vault, log); err != nil {
-			return err
+		if runner, err = jobs.NewRunner(pool, cfg.Jobs, store, vault, log); err == nil {
+			err = runner.Start(ctx)
 		}
-		if err := runner.Start(ctx); err != nil {
+		if err != nil {
+			_ = ln.Close()
 			return err
 		}
 		log.Info("workers started", slog.Int("workers", cfg.Jobs.WithDefaults().Workers))
 	}
 
-	var (
-		srv     *http.Server
-		serveCh = make(chan error, 1)
-	)
-	if cfg.Role != "worker" {
-		ln, err := net.Listen("tcp", cfg.Addr)
-		if err != nil {
-			if runner != nil {
-				_ = runner.Stop(context.WithoutCancel(ctx))
-			}
-			return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
-		}
-		srv = web.New(cfg.Web, engine.New(pool, log), store, vault, log).HTTPServer(cfg.Addr)
-		go func() { serveCh <- srv.Serve(ln) }()
-		log.Info("serving", slog.String("addr", ln.Addr().String()))
-		if cfg.Ready != nil {
+	serveCh := make(chan error, 1)
+	go func() { serveCh <- srv.Serve(ln) }()
+	log.Info("serving", slog.String("addr", ln.Addr().String()))
+	if cfg.Ready != nil {
+		if cfg.Role == "worker" {
+			cfg.Ready("")
+		} else {
 			cfg.Ready(ln.Addr().String())
 		}
-	} else if cfg.Ready != nil {
-		cfg.Ready("")
 	}
 
 	select {
@@ -131,9 +146,7 @@ func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 	shutdown, cancel := context.WithTimeout(again, cfg.ShutdownPeriod)
 	defer cancel()
 	var errs []error
-	if srv != nil {
-		errs = append(errs, srv.Shutdown(shutdown))
-	}
+	errs = append(errs, srv.Shutdown(shutdown))
 	if runner != nil {
 		errs = append(errs, runner.Stop(shutdown))
 	}
