@@ -28,12 +28,13 @@ import (
 type inproc struct {
 	*jobstest.Bundle
 	h http.Handler
+	t testing.TB
 }
 
 func startInproc(t *testing.T, cfg web.Config) *inproc {
 	t.Helper()
 	b := jobstest.Setup(t, jobstest.Options{NoStart: true})
-	return &inproc{Bundle: b, h: web.New(cfg, b.Engine, b.Tenants, b.Vault, nil).Handler()}
+	return &inproc{Bundle: b, h: web.New(cfg, b.Engine, b.Tenants, b.Vault, nil).Handler(), t: t}
 }
 
 // do serves one request from remote (host:port) and returns the answer.
@@ -47,6 +48,7 @@ func (e *inproc) do(method, target, remote string, header http.Header, body io.R
 	}
 	rec := httptest.NewRecorder()
 	e.h.ServeHTTP(rec, req)
+	checkRecorded(e.t, req, rec)
 	return answer{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
 }
 
@@ -267,6 +269,7 @@ func TestRESTBodyReadOnlyAfterAuthAndWithinLimit(t *testing.T) {
 		}
 		rec := httptest.NewRecorder()
 		e.h.ServeHTTP(rec, req)
+		checkRecorded(t, req, rec)
 		if rec.Code != c.status || src.read > c.maxRead {
 			t.Errorf("%s: %d after reading %d bytes; want %d after at most %d", c.name, rec.Code, src.read, c.status, c.maxRead)
 		}

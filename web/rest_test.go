@@ -100,16 +100,17 @@ func start(t *testing.T, o options) *env {
 	srv.Listener = ln
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return &env{Bundle: b, URL: base, client: newClient(8), logs: logs}
+	return &env{Bundle: b, URL: base, client: newClient(t, 8), logs: logs}
 }
 
 // newClient keeps enough idle connections per host for conns concurrent
-// requests, so a burst does not open and close a connection per request.
-func newClient(conns int) *http.Client {
+// requests, so a burst does not open and close a connection per request,
+// and checks every answer against the OpenAPI document (openapi_test.go).
+func newClient(t testing.TB, conns int) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = conns
 	tr.MaxIdleConnsPerHost = conns
-	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	return contractClient(t, &http.Client{Transport: tr, Timeout: 30 * time.Second})
 }
 
 // answer is an HTTP answer, read in full.
@@ -261,7 +262,7 @@ func TestConcurrentClientsEveryMessageOnceInOrder(t *testing.T) {
 	// timeout is ambiguous and, with no status webhook to reconcile it, sent
 	// again — the one duplicate the contract allows, not what this tests.
 	e := start(t, options{jobs: jobstest.Options{Config: jobs.Config{SendTimeout: 20 * time.Second, HandlerTimeout: 20 * time.Second, Lease: 30 * time.Second}}})
-	e.client = newClient(2*convs + 8)
+	e.client = newClient(t, 2*convs+8)
 	// Every conversation sends from the tenant's one phone number, which is
 	// paced at Meta's 80 sends/s by default: 5000 sends would take a minute
 	// of pacing alone. Pacing has its own tests; this one is about accepting
@@ -838,7 +839,7 @@ func TestHealthAndReadiness(t *testing.T) {
 	t.Cleanup(pool.Close)
 	srv := httptest.NewServer(web.New(web.Config{}, engine.New(pool, nil), tenants.NewStore(pool, nil), nil, nil).Handler())
 	t.Cleanup(srv.Close)
-	e := &env{URL: srv.URL, client: newClient(2)}
+	e := &env{URL: srv.URL, client: newClient(t, 2)}
 
 	check := func(when, path string, status int, want string) {
 		t.Helper()

@@ -25,7 +25,7 @@ func (e *waEnv) getConversation(t *testing.T, apiKey, conv string) engine.Conver
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, e.URL+"/v1/conversations/"+conv, nil)
 	req.Header.Set("Authorization", "Bearer "+apiKey)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := contractClient(t, http.DefaultClient).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -191,6 +191,7 @@ func (s *Server) Handler() http.Handler {
 	api := func(method, path string, h http.HandlerFunc) {
 		r.Handle("/v1"+path, s.authenticate(h)).Methods(method)
 	}
+	r.HandleFunc("/v1/openapi.json", s.openAPI).Methods(http.MethodGet) // the contract: no key needed
 	api(http.MethodPost, "/messages", s.postMessage)
 	api(http.MethodGet, "/messages/{message_id}", s.getMessage)
 	api(http.MethodPost, "/messages/{message_id}/replies", s.postReplies)

@@ -100,7 +100,7 @@ func Setup(t testing.TB, o Options) *Bundle {
 		t.Fatalf("runner: %v", err)
 	}
 	b := &Bundle{
-		URL: url, Pool: pool, Vault: vault, Tenants: store, Engine: engine.New(pool, logger), Runner: runner,
+		URL: url, Pool: pool, Vault: vault, Tenants: store, Engine: engine.New(pool, logger, engine.WithMetrics(o.Config.Metrics)), Runner: runner,
 		WhatsApp: wa, Tenant: created.Tenant, APIKey: created.APIKey, Secret: created.HandlerSecret, Logger: logger, t: t,
 	}
 	if !o.NoStart {
