@@ -3,14 +3,17 @@ package web_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ordo-dev/ordo/engine"
+	"github.com/ordo-dev/ordo/jobs"
 	"github.com/ordo-dev/ordo/jobs/jobstest"
 	"github.com/ordo-dev/ordo/metrics"
+	"github.com/ordo-dev/ordo/web"
 )
 
 // GET /metrics after one message sent and one dead-lettered (which halts
@@ -69,6 +72,36 @@ func TestMetricsOverHTTP(t *testing.T) {
 	for _, id := range []string{"conv-ok", "conv-bad", "ok-1", "bad-1", "ok-2"} {
 		if strings.Contains(body, id) {
 			t.Errorf("/metrics names %q: no conversation or message id may be a label", id)
+		}
+	}
+}
+
+// Meta's webhook deliveries are counted by the status answered, their
+// messages as accepted or duplicate inbound messages of source webhook.
+func TestMetricsWebhookDeliveries(t *testing.T) {
+	t.Parallel()
+	m, err := metrics.New(metrics.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := waStart(t, jobstest.Options{NoStart: true, Config: jobs.Config{Metrics: m}}, web.Config{Metrics: m})
+	body := oneMessage(jobstest.PhoneNumberID, "16505551234", "wamid.metrics-1")
+	e.deliverSigned(t, body)
+	e.deliverSigned(t, body) // Meta's redelivery
+	if status, _ := e.deliver(t, "acme", body, "sha256=00"); status != http.StatusUnauthorized {
+		t.Fatalf("badly signed webhook answered %d, want 401", status)
+	}
+	rec := httptest.NewRecorder()
+	e.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	body = rec.Body.Bytes()
+	for _, want := range []string{
+		`ordo_webhook_deliveries_total{code="200"} 2`,
+		`ordo_webhook_deliveries_total{code="401"} 1`,
+		`ordo_messages_accepted_total{direction="inbound",source="webhook"} 1`,
+		`ordo_messages_duplicate_total{direction="inbound",source="webhook"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics has no %q", want)
 		}
 	}
 }
