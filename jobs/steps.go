@@ -396,8 +396,9 @@ func (r *run) finish(ctx context.Context, m message, st *step, providerID *strin
 }
 
 // sinceAcceptedQuery is how long ago a message was accepted, for
-// ordo_accept_to_send_seconds.
-const sinceAcceptedQuery = `SELECT clock_timestamp() - created_at FROM ordo.messages WHERE id = $1`
+// ordo_accept_to_send_seconds: always one row (NULL for no message), so
+// that a metric never fails the finish it rides with.
+const sinceAcceptedQuery = `SELECT (SELECT clock_timestamp() - created_at FROM ordo.messages WHERE id = $1)`
 
 // settleAmbiguous deals with a send whose last attempt has no known outcome:
 // it failed ambiguously (5xx, timeout, dropped connection, 131000, 131016),
