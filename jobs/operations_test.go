@@ -146,7 +146,8 @@ func TestUnreadableCredentialsPauseTheTenant(t *testing.T) {
 			}
 			b.WaitFor("the tenant to be paused", 10*time.Second, func() bool {
 				return b.Count(`SELECT count(*) FROM ordo.tenants WHERE sending_paused_reason LIKE '%' || $1 || '%'`, tc.reason) == 1 &&
-					b.Count(`SELECT count(*) FROM ordo.conversations WHERE paused_wait`) == 1 // the attempt is given back with this mark
+					b.Count(`SELECT count(*) FROM ordo.conversations WHERE paused_wait`) == 1 && // the attempt is given back with this mark
+					b.Count(`SELECT count(*) FROM ordo.ready WHERE NOT running`) == 1 // and the drain parked the conversation
 			})
 			if n := b.Count(`SELECT count(*) FROM ordo.dead_letters`); n != 0 {
 				t.Errorf("%d dead letters; a configuration error pauses, it does not dead-letter", n)
