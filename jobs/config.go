@@ -133,6 +133,9 @@ type Config struct {
 	// PruneBatch is how many messages one pruning transaction handles.
 	// Default PruneBatchDefault.
 	PruneBatch int
+	// Events tunes the delivery of tenant events (events.go); its fields
+	// default one by one.
+	Events EventsConfig
 }
 
 // PruneIntervalDefault and PruneBatchDefault are Config's pruning defaults.
@@ -177,6 +180,7 @@ func (c Config) WithDefaults() Config {
 	c.WhatsAppAPIURL = cmp.Or(c.WhatsAppAPIURL, WhatsAppAPIURLDefault)
 	c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
 	c.PruneBatch = cmp.Or(c.PruneBatch, PruneBatchDefault)
+	c.Events = c.Events.WithDefaults()
 	return c
 }
 
