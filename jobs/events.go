@@ -151,8 +151,9 @@ type eventsWorker struct {
 	tenants *tenants.Store
 	http    *http.Client
 	logger  *slog.Logger
-	// beforePost, when set (tests), runs before each POST.
-	beforePost func(ctx context.Context, e Event)
+	// stopping reports a graceful stop under way: the job ends after the
+	// event in flight (the next process goes on with the rest).
+	stopping func() bool
 }
 
 func newEventsWorker(cfg EventsConfig, pool *pgxpool.Pool, ts *tenants.Store, logger *slog.Logger) *eventsWorker {
@@ -214,6 +215,9 @@ func (w *eventsWorker) deliver(ctx context.Context, conn *pgxpool.Conn, a Events
 		return fmt.Errorf("events: %w", err)
 	}
 	for range EventsPerJob {
+		if w.stopping != nil && w.stopping() {
+			return nil
+		}
 		var (
 			e        Event
 			id       int64
@@ -233,9 +237,6 @@ func (w *eventsWorker) deliver(ctx context.Context, conn *pgxpool.Conn, a Events
 		}
 		_ = json.Unmarshal(e.Data, &d)
 		e.ConversationID = d.ConversationID
-		if w.beforePost != nil {
-			w.beforePost(ctx, e)
-		}
 		if err := w.post(ctx, t, secret, e); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err() // stopped: the next job sends it again

@@ -1,7 +1,5 @@
 package jobs
 
-import "context"
-
 // SetHooks lets tests force interleavings in a runner's drains.
 func SetHooks(r *Runner, beforeFinish func(conv int64), afterEffect func(stepID int64)) {
 	r.drainer.hooks = hooks{beforeFinish: beforeFinish, afterEffect: afterEffect}
@@ -19,6 +17,3 @@ func SetReplyHooks(r *Runner, awaiting, beforeExpire func(stepID int64)) {
 	r.drainer.hooks.awaitingReplies = awaiting
 	r.drainer.hooks.beforeExpire = beforeExpire
 }
-
-// SetBeforeEventPost sets the hook that runs before each event's POST.
-func SetBeforeEventPost(r *Runner, f func(ctx context.Context, e Event)) { r.events.beforePost = f }

@@ -101,6 +101,7 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		return nil, err
 	}
 	r.events = newEventsWorker(cfg.Events, pool, ts, logger)
+	r.events.stopping = r.drainer.stopping.Load
 	if err := river.AddWorkerSafely(workers, r.events); err != nil {
 		return nil, err
 	}
