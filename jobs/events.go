@@ -90,18 +90,61 @@ type EventsArgs struct {
 // Kind is the River job kind of an event delivery.
 func (EventsArgs) Kind() string { return "ordo_events" }
 
-// Event is what a tenant's events_url receives, one per POST.
+// Event is what a tenant's events_url receives, one per POST: one flat
+// JSON object, {"id","type","tenant","at"} and the event's own fields
+// (conversation_id, message_id, seq, reason, …), so an n8n expression reads
+// $json.body.message_id.
 type Event struct {
 	// ID is stable: every delivery of one event carries the same.
-	ID     string `json:"id"`
-	Type   string `json:"type"`
-	Tenant string `json:"tenant"`
+	ID     string
+	Type   string
+	Tenant string
 	// At is when the fact happened.
-	At time.Time `json:"at"`
-	// ConversationID is absent for the tenant's own events.
-	ConversationID string `json:"conversation_id,omitempty"`
-	// Data holds the event's fields (message_id, seq, reason, …).
-	Data json.RawMessage `json:"data"`
+	At time.Time
+	// ConversationID is empty for the tenant's own events.
+	ConversationID string
+	// Data holds the event's own fields, a JSON object (as written by the
+	// trigger that recorded the fact).
+	Data json.RawMessage
+}
+
+// MarshalJSON writes e flat: Data's fields beside id, type, tenant and at.
+func (e Event) MarshalJSON() ([]byte, error) {
+	fields := map[string]json.RawMessage{}
+	if len(e.Data) > 0 {
+		if err := json.Unmarshal(e.Data, &fields); err != nil {
+			return nil, fmt.Errorf("event %s data: %w", e.ID, err)
+		}
+	}
+	for k, v := range map[string]any{"id": e.ID, "type": e.Type, "tenant": e.Tenant, "at": e.At} {
+		fields[k], _ = json.Marshal(v)
+	}
+	if e.ConversationID != "" {
+		fields["conversation_id"], _ = json.Marshal(e.ConversationID)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(fields); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// UnmarshalJSON reads a flat event (a receiver written in Go, tests).
+func (e *Event) UnmarshalJSON(b []byte) error {
+	var head struct {
+		ID             string    `json:"id"`
+		Type           string    `json:"type"`
+		Tenant         string    `json:"tenant"`
+		At             time.Time `json:"at"`
+		ConversationID string    `json:"conversation_id"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return err
+	}
+	*e = Event{ID: head.ID, Type: head.Type, Tenant: head.Tenant, At: head.At, ConversationID: head.ConversationID, Data: append(json.RawMessage(nil), b...)}
+	return nil
 }
 
 // streamKey is the stream's advisory lock key.
