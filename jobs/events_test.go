@@ -252,3 +252,48 @@ func riverStates(b *jobstest.Bundle) string {
 	}
 	return strings.Join(out, "; ")
 }
+
+// A stream has one deliverer at a time, whatever the number of jobs or
+// processes: while one job's POST is in flight (held by the endpoint), a
+// second job for the same stream returns at once without posting; the
+// event goes out once.
+func TestEventsOneDelivererPerStream(t *testing.T) {
+	t.Parallel()
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true}) // no dispatcher: the test runs the jobs
+	ctx := context.Background()
+	sink := &eventSink{t: t, secret: b.Secret}
+	posted, release := make(chan struct{}), make(chan struct{})
+	sink.answer = func(*http.Request, jobs.Event, int) int {
+		close(posted)
+		<-release
+		return 0
+	}
+	srv := httptest.NewServer(sink)
+	t.Cleanup(srv.Close)
+	url := srv.URL
+	if _, err := b.Tenants.Update(ctx, b.Tenant.Slug, tenants.UpdateParams{EventsURL: &url}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET sending_paused_at = now(), sending_paused_reason = 'x' WHERE id = $1`, b.Tenant.ID); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() { first <- jobs.DeliverEvents(ctx, b.Runner, b.Tenant.ID, 0) }()
+	<-posted
+	if err := jobs.DeliverEvents(ctx, b.Runner, b.Tenant.ID, 0); err != nil {
+		t.Fatalf("second job: %v", err)
+	}
+	if n := len(sink.received()); n != 1 {
+		t.Fatalf("%d POSTs while the first was in flight, want 1", n)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("first job: %v", err)
+	}
+	if n := b.Count(`SELECT count(*) FROM ordo.events`); n != 0 {
+		t.Errorf("%d events left after the delivery", n)
+	}
+	if got := sink.received(); len(got) != 1 || got[0].Type != "tenant.sending_paused" || got[0].ConversationID != "" {
+		t.Errorf("received %+v, want one tenant.sending_paused", got)
+	}
+}
