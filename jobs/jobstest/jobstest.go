@@ -46,8 +46,10 @@ type Bundle struct {
 	APIKey   string
 	Secret   string // the tenant's handler secret
 	Logger   *slog.Logger
-	t        testing.TB
-	cfg      jobs.Config
+	// MasterKey is the vault's key (for a worker process of the test's own).
+	MasterKey tenants.MasterKey
+	t         testing.TB
+	cfg       jobs.Config
 }
 
 // PhoneNumberID and AccessToken are the test tenant's WhatsApp credential.
@@ -102,7 +104,7 @@ func Setup(t testing.TB, o Options) *Bundle {
 	}
 	b := &Bundle{
 		URL: url, Pool: pool, Vault: vault, Tenants: store, Engine: engine.New(pool, logger), Runner: runner,
-		WhatsApp: wa, Tenant: created.Tenant, APIKey: created.APIKey, Secret: created.HandlerSecret, Logger: logger, t: t, cfg: cfg,
+		WhatsApp: wa, Tenant: created.Tenant, APIKey: created.APIKey, Secret: created.HandlerSecret, Logger: logger, MasterKey: key, t: t, cfg: cfg,
 	}
 	if !o.NoStart {
 		b.Start()
