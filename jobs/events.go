@@ -157,16 +157,27 @@ func streamKey(a EventsArgs) int64 {
 
 const (
 	// dueStreamsQuery lists the streams whose head event is due and whose
-	// lock no session holds (a live delivery). The table holds pending
-	// events only.
+	// lock no session holds (a live delivery): a loose index scan of
+	// events_stream_idx, one probe per stream with events, then its head.
 	dueStreamsQuery = `
-SELECT h.tenant_id, coalesce(h.conversation_pk, 0)
-FROM (SELECT DISTINCT ON (e.tenant_id, e.conversation_pk) e.tenant_id, e.conversation_pk, e.next_attempt_at
-      FROM ordo.events e ORDER BY e.tenant_id, e.conversation_pk, e.id) h
+WITH RECURSIVE s AS (
+    (SELECT e.tenant_id AS t, coalesce(e.conversation_pk, 0) AS c FROM ordo.events e
+     ORDER BY e.tenant_id, coalesce(e.conversation_pk, 0) LIMIT 1)
+    UNION ALL
+    SELECT n.t, n.c FROM s, LATERAL (
+        SELECT e.tenant_id AS t, coalesce(e.conversation_pk, 0) AS c FROM ordo.events e
+        WHERE (e.tenant_id, coalesce(e.conversation_pk, 0)) > (s.t, s.c)
+        ORDER BY e.tenant_id, coalesce(e.conversation_pk, 0) LIMIT 1) n
+)
+SELECT s.t, s.c FROM s
+CROSS JOIN LATERAL (
+    SELECT e.next_attempt_at FROM ordo.events e
+    WHERE e.tenant_id = s.t AND coalesce(e.conversation_pk, 0) = s.c
+    ORDER BY e.id LIMIT 1) h
 WHERE h.next_attempt_at <= now()
   AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
                   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                  AND ((l.classid::bigint << 32) | l.objid::bigint) = coalesce(h.conversation_pk, -h.tenant_id))`
+                  AND ((l.classid::bigint << 32) | l.objid::bigint) = CASE WHEN s.c = 0 THEN -s.t ELSE s.c END)`
 
 	lockStream   = `SELECT pg_try_advisory_lock($1::bigint)`
 	unlockStream = `SELECT pg_advisory_unlock($1::bigint)`
@@ -175,15 +186,14 @@ WHERE h.next_attempt_at <= now()
 	headEventQuery = `
 SELECT e.id, e.type, e.data, e.created_at, e.attempts, e.next_attempt_at <= now()
 FROM ordo.events e
-WHERE e.tenant_id = $1 AND (e.conversation_pk = $2 OR ($2 = 0 AND e.conversation_pk IS NULL))
+WHERE e.tenant_id = $1 AND coalesce(e.conversation_pk, 0) = $2
 ORDER BY e.id LIMIT 1`
 
 	deleteEvent = `DELETE FROM ordo.events WHERE id = $1`
 	failEvent   = `UPDATE ordo.events SET attempts = attempts + 1, last_error = $2,
     next_attempt_at = now() + $3::float8 * interval '1 millisecond' WHERE id = $1`
 	// dropStream empties a stream whose tenant has no events_url (any more).
-	dropStream = `DELETE FROM ordo.events e
-WHERE e.tenant_id = $1 AND (e.conversation_pk = $2 OR ($2 = 0 AND e.conversation_pk IS NULL))`
+	dropStream = `DELETE FROM ordo.events e WHERE e.tenant_id = $1 AND coalesce(e.conversation_pk, 0) = $2`
 )
 
 // eventsWorker delivers streams (EventsArgs).

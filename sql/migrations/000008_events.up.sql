@@ -28,5 +28,7 @@ CREATE TABLE ordo.events (
     next_attempt_at timestamptz NOT NULL DEFAULT now(),
     last_error      text
 );
--- A stream's events in order; its head (lowest id) is the one delivered next.
-CREATE INDEX events_stream_idx ON ordo.events (tenant_id, conversation_pk, id);
+-- A stream's events in order (stream 0: the tenant's own); its head (lowest
+-- id) is the one delivered next. The dispatcher walks it one probe per
+-- stream (jobs/events.go), however many events wait.
+CREATE INDEX events_stream_idx ON ordo.events (tenant_id, (coalesce(conversation_pk, 0)), id);
