@@ -133,7 +133,7 @@ func withTestDefaults(c jobs.Config, waURL string) jobs.Config {
 	def(&c.OrphanInterval, 500*time.Millisecond)
 	def(&c.FetchPollInterval, 50*time.Millisecond)
 	def(&c.ReconcileWait, 300*time.Millisecond)
-	def(&c.Events.PollInterval, 50*time.Millisecond)
+	def(&c.Events.PollInterval, 100*time.Millisecond)
 	def(&c.Events.RetryBase, 50*time.Millisecond)
 	if c.WhatsAppAPIURL == "" {
 		c.WhatsAppAPIURL = waURL
