@@ -3,7 +3,8 @@ package jobs
 // Tenant events (issue 16 point 5): a tenant with an events_url is told
 // what happened to its messages and conversations — message.sent,
 // message.delivered|read|failed, message.dead_lettered, conversation.halted,
-// tenant.sending_paused|resumed — signed like handler calls, at least once,
+// tenant.sending_paused|resumed — signed and authenticated (handler_auth)
+// like handler calls, at least once,
 // in order per conversation, each with a stable id.
 //
 //   - The facts write their events into ordo.events in their own
@@ -267,6 +268,12 @@ func (w *eventsWorker) deliver(ctx context.Context, conn *pgxpool.Conn, a Events
 	if err != nil {
 		return fmt.Errorf("events: %w", err)
 	}
+	// Authenticated like handler calls: an n8n Webhook node with Header or
+	// Basic Auth takes the tenant's handler_auth (nil: none).
+	auth, err := w.tenants.HandlerAuth(ctx, a.Tenant)
+	if err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
 	for range EventsPerJob {
 		if w.stopping != nil && w.stopping() {
 			return nil
@@ -290,7 +297,7 @@ func (w *eventsWorker) deliver(ctx context.Context, conn *pgxpool.Conn, a Events
 		}
 		_ = json.Unmarshal(e.Data, &d)
 		e.ConversationID = d.ConversationID
-		if err := w.post(ctx, t, secret, e); err != nil {
+		if err := w.post(ctx, t, secret, auth, e); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err() // stopped: the next job sends it again
 			}
@@ -311,7 +318,7 @@ func (w *eventsWorker) deliver(ctx context.Context, conn *pgxpool.Conn, a Events
 }
 
 // post sends one event, signed like a handler call; nil only for a 2xx.
-func (w *eventsWorker) post(ctx context.Context, t tenants.Tenant, secret []byte, e Event) error {
+func (w *eventsWorker) post(ctx context.Context, t tenants.Tenant, secret []byte, auth *tenants.HandlerAuth, e Event) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false) // as handler calls: what n8n's JSON.stringify gives
@@ -330,6 +337,9 @@ func (w *eventsWorker) post(ctx context.Context, t tenants.Tenant, secret []byte
 	req.Header.Set("X-Ordo-Signature", Sign(secret, body))
 	req.Header.Set("X-Ordo-Event", e.Type)
 	req.Header.Set("Idempotency-Key", t.Slug+":event:"+e.ID)
+	if auth != nil {
+		auth.Apply(req)
+	}
 	resp, err := w.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("events_url unreachable: %s", redactURL(err))

@@ -26,6 +26,9 @@ type eventSink struct {
 	mu     sync.Mutex
 	got    []jobs.Event
 	bad    []string
+	// wantHeader, if set, is a header (name, value) every POST must carry:
+	// the tenant's handler_auth.
+	wantHeader [2]string
 	// answer, if set, decides the status of a POST (0: 200); it may block.
 	answer func(r *http.Request, e jobs.Event, nth int) int
 	seen   map[string]int
@@ -47,6 +50,9 @@ func (s *eventSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if got, want := r.Header.Get("Idempotency-Key"), e.Tenant+":event:"+e.ID; got != want {
 		s.bad = append(s.bad, "Idempotency-Key "+got+", want "+want)
+	}
+	if s.wantHeader[0] != "" && r.Header.Get(s.wantHeader[0]) != s.wantHeader[1] {
+		s.bad = append(s.bad, "event "+e.ID+" without the tenant's handler auth")
 	}
 	if s.seen == nil {
 		s.seen = map[string]int{}
@@ -274,6 +280,11 @@ func TestEventsOneDelivererPerStream(t *testing.T) {
 	if _, err := b.Tenants.Update(ctx, b.Tenant.Slug, tenants.UpdateParams{EventsURL: &url}); err != nil {
 		t.Fatal(err)
 	}
+	// Authenticated like handler calls (n8n's Header Auth).
+	if err := b.Vault.Put(ctx, nil, b.Tenant.ID, tenants.HandlerAuthCredential, []byte(`{"header":"X-N8N-Auth","value":"events-s3cret"}`)); err != nil {
+		t.Fatal(err)
+	}
+	sink.wantHeader = [2]string{"X-N8N-Auth", "events-s3cret"}
 	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET sending_paused_at = now(), sending_paused_reason = 'x' WHERE id = $1`, b.Tenant.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -295,5 +306,10 @@ func TestEventsOneDelivererPerStream(t *testing.T) {
 	}
 	if got := sink.received(); len(got) != 1 || got[0].Type != "tenant.sending_paused" || got[0].ConversationID != "" {
 		t.Errorf("received %+v, want one tenant.sending_paused", got)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if len(sink.bad) > 0 {
+		t.Errorf("bad deliveries: %v", sink.bad)
 	}
 }
