@@ -259,7 +259,7 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 	if errors.As(err, &pgErr) {
 		attrs = append(attrs, "sqlstate", pgErr.Code)
 	}
-	if code := ErrorCode(translate(err, "")); code == CodeInvalid || code == CodeNotFound {
+	if code := ErrorCode(translate(err, "")); code == CodeInvalid || code == CodeNotFound || code == CodeReused {
 		level = slog.LevelDebug // a client's bad input, not a fault
 	}
 	e.logger.Log(ctx, level, "ingest batch failed; running its messages one by one", attrs...)
@@ -335,7 +335,7 @@ func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]inges
 		if c.msg.Direction != "" {
 			dir = &c.msg.Direction
 		}
-		batch.Queue(enqueueQuery, c.msg.Tenant, c.msg.ConversationID, c.msg.MessageID, dir, c.msg.Payload)
+		batch.Queue(enqueueQuery, c.msg.Tenant, c.msg.ConversationID, c.msg.MessageID, dir, c.msg.Payload, c.msg.onReuse())
 	}
 	br := e.pool.SendBatch(ctx, batch)
 	if _, err := br.Exec(); err != nil {

@@ -236,6 +236,16 @@ WHERE c.conversation_id LIKE 'conv-%' GROUP BY c.id`)
 	t.Logf("%d calls in %d batches", callers*perCaller, e.eng.ingest.batches.Load()-1)
 }
 
+// copyElsewhere is a copy of message id offered in conversation conv as
+// Meta's webhook offers it (on_reuse => duplicate): a copy in another
+// conversation is then a duplicate of the original, not a reuse, and takes
+// the paths of a racing copy.
+func copyElsewhere(conv, id string) NewMessage {
+	m := msg(conv, id)
+	m.ReuseIsDuplicate = true
+	return m
+}
+
 // Copies of one message_id in one batch, across conversations: one is
 // accepted, every other copy gets the original's answer.
 func TestIngestSameMessageIDInOneBatch(t *testing.T) {
@@ -243,7 +253,7 @@ func TestIngestSameMessageIDInOneBatch(t *testing.T) {
 	e := setupBatch(t, 1)
 	var msgs []NewMessage
 	for i := range 20 {
-		msgs = append(msgs, msg([]string{"b", "a"}[i%2], "same"))
+		msgs = append(msgs, copyElsewhere([]string{"b", "a"}[i%2], "same"))
 	}
 	res := e.forceOneBatch(msgs)
 	checkOneOriginal(t, res)
@@ -305,11 +315,11 @@ func TestIngestDuplicateOfOriginalCommittedWhileWaiting(t *testing.T) {
 	defer release()
 	copyDone := make(chan ingestResult, 1)
 	go func() {
-		a, err := e.eng.Ingest(context.Background(), msg(holdConv, "late"))
+		a, err := e.eng.Ingest(context.Background(), copyElsewhere(holdConv, "late"))
 		copyDone <- ingestResult{accepted: a, err: err}
 	}()
 	e.waitLockWaiters(1)
-	orig := e.mustIngest(msg("elsewhere", "late"))
+	orig := e.mustIngest(copyElsewhere("elsewhere", "late"))
 	if orig.Duplicate {
 		t.Fatalf("first commit of message late answered as a duplicate: %+v", orig)
 	}
@@ -546,5 +556,44 @@ func TestLockedConversationDelaysNoOtherIngest(t *testing.T) {
 	}
 	if n := e.count(`SELECT count(*) FROM ordo.messages WHERE message_id LIKE 'blocked-%'`); n != 0 {
 		t.Fatalf("%d refused messages stored", n)
+	}
+}
+
+// The same copies offered through the REST path (on_reuse => error): the
+// copies in the original's conversation are duplicates, those in the other
+// conversation are refused as reused ids, and nothing of theirs is stored.
+func TestIngestReusedMessageIDInOneBatch(t *testing.T) {
+	t.Parallel()
+	e := setupBatch(t, 1)
+	var msgs []NewMessage
+	for i := range 20 {
+		msgs = append(msgs, msg([]string{"b", "a"}[i%2], "same"))
+	}
+	res := e.forceOneBatch(msgs)
+	var originals, dups, reused int
+	var origConv string
+	for _, r := range res {
+		switch {
+		case r.err != nil && ErrorCode(r.err) == CodeReused:
+			reused++
+		case r.err != nil:
+			t.Fatalf("unexpected error: %v", r.err)
+		case r.accepted.Duplicate:
+			dups++
+		default:
+			originals++
+			origConv = r.accepted.ConversationID
+		}
+	}
+	if originals != 1 || dups != 9 || reused != 10 {
+		t.Fatalf("%d originals, %d duplicates, %d reused; want 1, 9, 10", originals, dups, reused)
+	}
+	for i, r := range res {
+		if r.err == nil && msgs[i].ConversationID != origConv {
+			t.Errorf("a copy in conversation %s answered %+v, want refused", msgs[i].ConversationID, r.accepted)
+		}
+	}
+	if n := e.count(`SELECT coalesce(sum(last_seq), 0)::int FROM ordo.conversations WHERE conversation_id IN ('a', 'b')`); n != 1 {
+		t.Fatalf("%d seqs handed out, want 1", n)
 	}
 }

@@ -62,6 +62,18 @@ type NewMessage struct {
 	MessageID      string
 	Direction      string // inbound|outbound; empty means outbound
 	Payload        json.RawMessage
+	// ReuseIsDuplicate answers a repeat of MessageID with another body as a
+	// duplicate instead of CodeReused (Meta's webhook redeliveries, which
+	// must never be refused).
+	ReuseIsDuplicate bool
+}
+
+// onReuse is m's on_reuse argument of ordo.enqueue_message.
+func (m NewMessage) onReuse() string {
+	if m.ReuseIsDuplicate {
+		return "duplicate"
+	}
+	return "error"
 }
 
 // Accepted is the answer to an offered message: the original's, for a repeat.
@@ -74,7 +86,7 @@ type Accepted struct {
 	Duplicate      bool   `json:"duplicate"`
 }
 
-const enqueueQuery = `SELECT id, seq, duplicate FROM ordo.enqueue_message($1, $2, $3, $4, $5)`
+const enqueueQuery = `SELECT id, seq, duplicate FROM ordo.enqueue_message($1, $2, $3, $4, $5, $6)`
 
 const originalQuery = `
 SELECT c.conversation_id, m.status
@@ -107,7 +119,7 @@ func (e *Engine) IngestTx(ctx context.Context, q Querier, m NewMessage) (Accepte
 		id int64
 		a  = Accepted{MessageID: m.MessageID, ConversationID: m.ConversationID, Status: "queued"}
 	)
-	err := q.QueryRow(ctx, enqueueQuery, m.Tenant, m.ConversationID, m.MessageID, dir, m.Payload).Scan(&id, &a.Seq, &a.Duplicate)
+	err := q.QueryRow(ctx, enqueueQuery, m.Tenant, m.ConversationID, m.MessageID, dir, m.Payload, m.onReuse()).Scan(&id, &a.Seq, &a.Duplicate)
 	if err != nil {
 		return Accepted{}, translate(err, "enqueue message")
 	}
@@ -131,6 +143,8 @@ func translate(err error, doing string) error {
 	case errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.CharacterNotInRepertoire || pgErr.Code == pgerrcode.UntranslatableCharacter):
 		// Postgres text and jsonb cannot hold U+0000: bad input, not a fault.
 		return &Error{Code: CodeInvalid, Message: "text must not contain NUL (\\u0000) characters", Err: err}
+	case errors.As(err, &pgErr) && pgErr.Code == ordosql.SQLStateMessageIDReused:
+		return &Error{Code: CodeReused, Message: pgErr.Message, Err: err}
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable:
 		return &Error{Code: CodeUnavailable, Message: errLocked.Message, Err: err}
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.NoDataFound:

@@ -15,11 +15,13 @@ const (
 	CodeUnauthorized Code = "unauthorized"
 	CodeNotFound     Code = "not_found"
 	CodeConflict     Code = "conflict"
-	CodeTooLarge     Code = "payload_too_large"
-	CodeUnsupported  Code = "unsupported_media_type"
-	CodeRateLimited  Code = "rate_limited"
-	CodeUnavailable  Code = "unavailable"
-	CodeInternal     Code = "internal"
+	// CodeReused: a message_id offered again with another body.
+	CodeReused      Code = "message_id_reused"
+	CodeTooLarge    Code = "payload_too_large"
+	CodeUnsupported Code = "unsupported_media_type"
+	CodeRateLimited Code = "rate_limited"
+	CodeUnavailable Code = "unavailable"
+	CodeInternal    Code = "internal"
 )
 
 // Error is ordo's one error type for things a user is told. Message is safe to

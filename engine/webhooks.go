@@ -103,7 +103,7 @@ func (e *Engine) StoreWebhook(ctx context.Context, t WebhookTenant, wh whatsapp.
 			for _, m := range msgs {
 				a, err := e.IngestTx(ctx, tx, NewMessage{
 					Tenant: t.Slug, ConversationID: m.ConversationID, MessageID: m.MessageID,
-					Direction: "inbound", Payload: storable(m.Payload),
+					Direction: "inbound", Payload: storable(m.Payload), ReuseIsDuplicate: true,
 				})
 				if err != nil {
 					return err

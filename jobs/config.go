@@ -137,6 +137,9 @@ type Config struct {
 	// Metrics records step outcomes, send and handler latency, accept→send
 	// latency and the drains running. Default nil: nothing recorded.
 	Metrics *metrics.Metrics
+	// Events tunes the delivery of tenant events (events.go); its fields
+	// default one by one.
+	Events EventsConfig
 }
 
 // PruneIntervalDefault and PruneBatchDefault are Config's pruning defaults.
@@ -181,6 +184,7 @@ func (c Config) WithDefaults() Config {
 	c.WhatsAppAPIURL = cmp.Or(c.WhatsAppAPIURL, WhatsAppAPIURLDefault)
 	c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
 	c.PruneBatch = cmp.Or(c.PruneBatch, PruneBatchDefault)
+	c.Events = c.Events.WithDefaults()
 	return c
 }
 

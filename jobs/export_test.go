@@ -1,5 +1,17 @@
 package jobs
 
+import (
+	"context"
+
+	"github.com/riverqueue/river"
+)
+
+// DeliverEvents runs one event-delivery job for a stream (conversation 0:
+// the tenant's own), as River would.
+func DeliverEvents(ctx context.Context, r *Runner, tenant, conversation int64) error {
+	return r.events.Work(ctx, &river.Job[EventsArgs]{Args: EventsArgs{Tenant: tenant, Conversation: conversation}})
+}
+
 // SetHooks lets tests force interleavings in a runner's drains.
 func SetHooks(r *Runner, beforeFinish func(conv int64), afterEffect func(stepID int64)) {
 	r.drainer.hooks = hooks{beforeFinish: beforeFinish, afterEffect: afterEffect}

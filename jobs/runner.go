@@ -58,6 +58,8 @@ type Runner struct {
 	reconciler *reconciler
 	pruner     *Pruner
 	interval   time.Duration // the pruner's; negative: no pruner here
+	events     *eventsWorker
+	dispatcher *eventsDispatcher
 	cancel     context.CancelFunc
 	done       chan struct{}
 	topUp      chan struct{}
@@ -98,6 +100,11 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 	if err := river.AddWorkerSafely(workers, &runnerWorker{r: r}); err != nil {
 		return nil, err
 	}
+	r.events = newEventsWorker(cfg.Events, pool, ts, logger)
+	r.events.stopping = r.drainer.stopping.Load
+	if err := river.AddWorkerSafely(workers, r.events); err != nil {
+		return nil, err
+	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Schema: "ordo",
 		Queues: map[string]river.QueueConfig{
@@ -118,6 +125,7 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		return nil, fmt.Errorf("river client: %w", err)
 	}
 	r.client = client
+	r.dispatcher = &eventsDispatcher{cfg: cfg.Events, pool: pool, client: client, logger: logger}
 	return r, nil
 }
 
@@ -140,6 +148,7 @@ func (r *Runner) Start(ctx context.Context) error {
 	wg.Go(func() { r.sched.listen(rctx) })
 	wg.Go(func() { r.keepRunners(rctx) })
 	wg.Go(func() { r.reconciler.loop(rctx) })
+	wg.Go(func() { r.dispatcher.loop(rctx) })
 	if r.interval > 0 {
 		wg.Go(func() { r.pruner.loop(rctx, r.interval) })
 	}

@@ -15,7 +15,8 @@ import (
 )
 
 // functions holds one file per SQL function, named after it, with its one
-// current definition (CREATE OR REPLACE FUNCTION ordo.<name>) and doc comment.
+// current definition (CREATE OR REPLACE FUNCTION ordo.<name>) and doc comment;
+// a trigger function's file also creates its triggers, after the function.
 //
 //go:embed functions/*.sql
 var functions embed.FS
@@ -81,8 +82,8 @@ const (
 ON CONFLICT (name) DO UPDATE SET sha256 = excluded.sha256, applied_at = now()`
 	deleteChecksum = `DELETE FROM ` + FunctionChecksumsTable + ` WHERE name = $1`
 	// overloads lists every function of one name in schema ordo, as
-	// DROP FUNCTION takes it.
-	overloads = `SELECT p.oid::regprocedure::text FROM pg_proc p
+	// DROP FUNCTION takes it, and whether it is a trigger function.
+	overloads = `SELECT p.oid::regprocedure::text, p.prorettype = 'trigger'::regtype FROM pg_proc p
 WHERE p.pronamespace = 'ordo'::regnamespace AND p.proname = $1`
 )
 
@@ -196,14 +197,24 @@ func dropFunction(ctx context.Context, tx pgx.Tx, name string) error {
 	if err != nil {
 		return fmt.Errorf("look up ordo.%s: %w", name, err)
 	}
-	sigs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	type overload struct {
+		Sig     string
+		Trigger bool
+	}
+	fns, err := pgx.CollectRows(rows, pgx.RowToStructByPos[overload])
 	if err != nil {
 		return fmt.Errorf("look up ordo.%s: %w", name, err)
 	}
-	for _, sig := range sigs {
-		// sig is regprocedure's own output (quoted as needed), not input.
-		if _, err := tx.Exec(ctx, "DROP FUNCTION "+sig); err != nil {
-			return fmt.Errorf("drop %s: %w", sig, err)
+	for _, fn := range fns {
+		// Sig is regprocedure's own output (quoted as needed), not input.
+		drop := "DROP FUNCTION " + fn.Sig
+		if fn.Trigger {
+			// Its triggers go with it: its file defines them beside it and
+			// creates them again (event_on_step.sql).
+			drop += " CASCADE"
+		}
+		if _, err := tx.Exec(ctx, drop); err != nil {
+			return fmt.Errorf("drop %s: %w", fn.Sig, err)
 		}
 	}
 	return nil

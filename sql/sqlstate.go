@@ -10,3 +10,8 @@ const SQLStateStaleFence = "ORF01"
 // handler's replies were posted while the drain was giving up on them: the
 // drain's dead letter rolls back and the replies are sent instead.
 const SQLStateRepliesArrived = "ORR01"
+
+// SQLStateMessageIDReused is raised by ordo.enqueue_message when a
+// message_id already accepted for the tenant is offered with another body
+// (conversation, direction or payload); the caller's transaction rolls back.
+const SQLStateMessageIDReused = "ORM01"

@@ -26,6 +26,7 @@ var statuses = map[engine.Code]int{
 	engine.CodeNotFound:     http.StatusNotFound,
 	engine.CodeConflict:     http.StatusConflict,
 	engine.CodeNotWaiting:   http.StatusConflict,
+	engine.CodeReused:       http.StatusUnprocessableEntity,
 	engine.CodeTooLarge:     http.StatusRequestEntityTooLarge,
 	engine.CodeUnsupported:  http.StatusUnsupportedMediaType,
 	engine.CodeRateLimited:  http.StatusTooManyRequests,

@@ -15,8 +15,13 @@ import (
 // outbound message is the WhatsApp message itself and passes through.
 var envelopeFields = []string{"message_id", "conversation_id", "direction", "payload"}
 
-// parseNewMessage turns a POST /v1/messages body into an engine message.
-func parseNewMessage(tenant string, body []byte) (engine.NewMessage, error) {
+// idempotencyKeyHeader stands for the body's message_id when it has none
+// (n8n's HTTP Request node and most HTTP clients can set it).
+const idempotencyKeyHeader = "Idempotency-Key"
+
+// parseNewMessage turns a POST /v1/messages body into an engine message;
+// idemKey is the request's Idempotency-Key header ("" for none).
+func parseNewMessage(tenant string, body []byte, idemKey string) (engine.NewMessage, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
 		return engine.NewMessage{}, engine.Errorf(engine.CodeInvalid, "body: must be a JSON object")
@@ -30,6 +35,16 @@ func parseNewMessage(tenant string, body []byte) (engine.NewMessage, error) {
 		if err := json.Unmarshal(raw, dst); err != nil {
 			return engine.NewMessage{}, engine.Errorf(engine.CodeInvalid, "%s: must be a string", name)
 		}
+	}
+	switch {
+	case idemKey == "":
+	case m.MessageID == "":
+		if err := checkID(idempotencyKeyHeader, idemKey); err != nil {
+			return engine.NewMessage{}, err
+		}
+		m.MessageID = idemKey
+	case m.MessageID != idemKey:
+		return engine.NewMessage{}, engine.Errorf(engine.CodeInvalid, "%s: differs from the body's message_id (give one, or the same in both)", idempotencyKeyHeader)
 	}
 	if err := checkID("message_id", m.MessageID); err != nil {
 		return engine.NewMessage{}, err
@@ -69,7 +84,7 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	m, err := parseNewMessage(tenantOf(r).Slug, body)
+	m, err := parseNewMessage(tenantOf(r).Slug, body, r.Header.Get(idempotencyKeyHeader))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

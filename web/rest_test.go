@@ -599,11 +599,8 @@ func TestBadInputStoresNothing(t *testing.T) {
 		t.Errorf("%d messages stored, want the 4 accepted ones", n)
 	}
 
-	// A repeat with another body is still the original: accepted once.
-	a := e.post(t, key, "/v1/messages", outbound(sqlish, sqlish, "changed"))
-	if mustStatus(t, "repeat with another body", a, http.StatusOK); !decode[engine.Accepted](t, a).Duplicate {
-		t.Errorf("repeat not marked duplicate: %s", a)
-	}
+	// A repeat with another body is refused (422); the original stays.
+	mustError(t, "repeat with another body", e.post(t, key, "/v1/messages", outbound(sqlish, sqlish, "changed")), http.StatusUnprocessableEntity, "message_id_reused")
 	m := decode[engine.Message](t, e.get(t, key, "/v1/messages/"+url.PathEscape(sqlish)))
 	if !strings.Contains(string(m.Payload), `"edge"`) {
 		t.Errorf("the repeat replaced the original's payload: %s", m.Payload)

@@ -200,6 +200,10 @@ func (s *Server) Handler() http.Handler {
 	api(http.MethodGet, "/dead-letters/{id}", s.getDeadLetter)
 	api(http.MethodPost, "/dead-letters/{id}/replay", s.replayDeadLetter)
 	api(http.MethodPost, "/dead-letters/{id}/skip", s.skipDeadLetter)
+	api(http.MethodPost, "/leases/{key}", s.acquireLease)
+	api(http.MethodPost, "/leases/{key}/renew", s.renewLease)
+	api(http.MethodDelete, "/leases/{key}", s.releaseLease)
+	api(http.MethodGet, "/leases/{key}", s.checkLease)
 
 	s.routeWebhooks(r)
 	if s.cfg.Sandbox {

@@ -232,7 +232,7 @@ func FuzzParseNewMessage(f *testing.F) {
 		if checkText(body) != nil {
 			return
 		}
-		m, err := parseNewMessage("acme", body)
+		m, err := parseNewMessage("acme", body, "")
 		if err != nil {
 			if goWords(err.Error()) {
 				t.Fatalf("%q refused as %v", body, err)

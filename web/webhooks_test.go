@@ -650,3 +650,26 @@ func waFuzzSeeds(f *testing.F) [][]byte {
 		[]byte(`{}`),
 	)
 }
+
+// Meta redelivering a message with something changed (here its text) is
+// still a duplicate: a webhook delivery is never refused for a reused id
+// (Meta would retry it for days, holding back the delivery's other
+// messages), unlike a REST repeat with another body.
+func TestWhatsAppRedeliveryWithAnotherBodyIsADuplicate(t *testing.T) {
+	t.Parallel()
+	e := waStart(t, jobstest.Options{NoStart: true}, web.Config{})
+	first := waPayload([]waChange{{Phone: jobstest.PhoneNumberID, Messages: []waMsg{{From: "16505550001", ID: "wamid.same", Text: "hi"}}}})
+	if a := e.deliverSigned(t, first); a.Accepted != 1 {
+		t.Fatalf("first delivery: %+v", a)
+	}
+	again := waPayload([]waChange{{Phone: jobstest.PhoneNumberID, Messages: []waMsg{
+		{From: "16505550001", ID: "wamid.same", Text: "hi, edited"},
+		{From: "16505550001", ID: "wamid.next", Text: "next"},
+	}}})
+	if a := e.deliverSigned(t, again); a.Accepted != 1 || a.Duplicates != 1 {
+		t.Fatalf("redelivery with another body: %+v, want 1 accepted and 1 duplicate", a)
+	}
+	if n := e.Count(`SELECT count(*) FROM ordo.messages WHERE payload::text LIKE '%edited%'`); n != 0 {
+		t.Error("the redelivery's other body replaced the original")
+	}
+}

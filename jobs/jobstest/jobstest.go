@@ -46,7 +46,10 @@ type Bundle struct {
 	APIKey   string
 	Secret   string // the tenant's handler secret
 	Logger   *slog.Logger
-	t        testing.TB
+	// MasterKey is the vault's key (for a worker process of the test's own).
+	MasterKey tenants.MasterKey
+	t         testing.TB
+	cfg       jobs.Config
 }
 
 // PhoneNumberID and AccessToken are the test tenant's WhatsApp credential.
@@ -101,7 +104,7 @@ func Setup(t testing.TB, o Options) *Bundle {
 	}
 	b := &Bundle{
 		URL: url, Pool: pool, Vault: vault, Tenants: store, Engine: engine.New(pool, logger, engine.WithMetrics(o.Config.Metrics)), Runner: runner,
-		WhatsApp: wa, Tenant: created.Tenant, APIKey: created.APIKey, Secret: created.HandlerSecret, Logger: logger, t: t,
+		WhatsApp: wa, Tenant: created.Tenant, APIKey: created.APIKey, Secret: created.HandlerSecret, Logger: logger, MasterKey: key, t: t, cfg: cfg,
 	}
 	if !o.NoStart {
 		b.Start()
@@ -130,6 +133,8 @@ func withTestDefaults(c jobs.Config, waURL string) jobs.Config {
 	def(&c.OrphanInterval, 500*time.Millisecond)
 	def(&c.FetchPollInterval, 50*time.Millisecond)
 	def(&c.ReconcileWait, 300*time.Millisecond)
+	def(&c.Events.PollInterval, 100*time.Millisecond)
+	def(&c.Events.RetryBase, 50*time.Millisecond)
 	if c.WhatsAppAPIURL == "" {
 		c.WhatsAppAPIURL = waURL
 	}
@@ -147,6 +152,26 @@ func (b *Bundle) Start() {
 		defer cancel()
 		_ = b.Runner.Stop(ctx)
 	})
+}
+
+// StartAnother starts another runner on the same database with the same
+// settings (a second worker process, or the one that replaces a killed
+// one); it is stopped when the test ends.
+func (b *Bundle) StartAnother() *jobs.Runner {
+	b.t.Helper()
+	r, err := jobs.NewRunner(b.Pool, b.cfg, b.Tenants, b.Vault, b.Logger)
+	if err != nil {
+		b.t.Fatalf("runner: %v", err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		b.t.Fatalf("start runner: %v", err)
+	}
+	b.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = r.Stop(ctx)
+	})
+	return r
 }
 
 // Outbound is a text message payload to conversation to.

@@ -5,6 +5,17 @@
 -- duplicate = true. It raises SQLSTATE 22023 with "field: problem" on bad
 -- input and P0002 for an unknown tenant.
 --
+-- A repeat is only a repeat of the same body: the message's body hash
+-- (ordo.message_body_hash of conversation, direction and payload, stored
+-- with the message and kept by the pruner) must match. A message_id reused
+-- with another body raises SQLSTATE ORM01 (sql.SQLStateMessageIDReused;
+-- the REST API's 422 message_id_reused), which rolls back the caller's
+-- transaction: nothing of it is stored. on_reuse => 'duplicate' answers it
+-- as a duplicate instead (Meta's webhook deliveries, which nobody could be
+-- told about a conflict and whose redeliveries must never be refused). A
+-- message whose hash was never recorded (accepted before the column) is
+-- compared with its payload while it has one, and is a duplicate after.
+--
 -- A conversation that is not halted and has no row in the ready set gets one
 -- (due now) after the message, under the conversation row's lock, so the
 -- drain that catches the conversation up (which deletes the row under the
@@ -18,7 +29,8 @@ CREATE OR REPLACE FUNCTION ordo.enqueue_message(
     conversation_id text,
     message_id      text,
     direction       text,
-    payload         jsonb
+    payload         jsonb,
+    on_reuse        text DEFAULT 'error'
 ) RETURNS TABLE (id bigint, seq bigint, duplicate boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -30,6 +42,8 @@ DECLARE
     v_dup_id  bigint;
     v_dup_seq bigint;
     v_dir     text := coalesce(enqueue_message.direction, 'outbound');
+    v_hash    bytea;
+    v_old     bytea;
 BEGIN
     IF enqueue_message.conversation_id IS NULL OR enqueue_message.conversation_id = '' THEN
         RAISE EXCEPTION 'conversation_id: required' USING ERRCODE = '22023';
@@ -45,7 +59,10 @@ BEGIN
         RAISE EXCEPTION 'payload: must be a JSON object' USING ERRCODE = '22023';
     ELSIF pg_column_size(enqueue_message.payload) > 262144 THEN
         RAISE EXCEPTION 'payload: larger than 256 KiB' USING ERRCODE = '22023';
+    ELSIF on_reuse IS NULL OR on_reuse NOT IN ('error', 'duplicate') THEN
+        RAISE EXCEPTION 'on_reuse: must be error or duplicate' USING ERRCODE = '22023';
     END IF;
+    v_hash := ordo.message_body_hash(enqueue_message.conversation_id, v_dir, enqueue_message.payload);
 
     SELECT t.id INTO v_tenant FROM ordo.tenants t WHERE t.slug = tenant_slug;
     IF NOT FOUND THEN
@@ -53,9 +70,10 @@ BEGIN
     END IF;
 
     -- A repeat of a committed message costs one index lookup and no lock.
-    SELECT m.id, m.seq INTO v_id, v_seq
+    SELECT m.id, m.seq, m.body_hash INTO v_id, v_seq, v_old
     FROM ordo.messages m WHERE m.tenant_id = v_tenant AND m.message_id = enqueue_message.message_id;
     IF FOUND THEN
+        PERFORM ordo.check_reuse(v_id, v_old, v_hash, on_reuse);
         RETURN QUERY SELECT v_id, v_seq, true;
         RETURN;
     END IF;
@@ -77,16 +95,17 @@ BEGIN
     -- this row lock to move the conversation's head: a deadlock, which
     -- Postgres breaks after deadlock_timeout by failing one side (found by
     -- `ordo chaos`).
-    SELECT m.id, m.seq INTO v_dup_id, v_dup_seq
+    SELECT m.id, m.seq, m.body_hash INTO v_dup_id, v_dup_seq, v_old
     FROM ordo.messages m WHERE m.tenant_id = v_tenant AND m.message_id = enqueue_message.message_id;
     IF FOUND THEN
+        PERFORM ordo.check_reuse(v_dup_id, v_old, v_hash, on_reuse);
         UPDATE ordo.conversations c SET last_seq = c.last_seq - 1 WHERE c.id = v_conv;
         RETURN QUERY SELECT v_dup_id, v_dup_seq, true;
         RETURN;
     END IF;
 
-    INSERT INTO ordo.messages AS m (tenant_id, conversation_pk, message_id, seq, direction, payload)
-    VALUES (v_tenant, v_conv, enqueue_message.message_id, v_seq, v_dir, enqueue_message.payload)
+    INSERT INTO ordo.messages AS m (tenant_id, conversation_pk, message_id, seq, direction, payload, body_hash)
+    VALUES (v_tenant, v_conv, enqueue_message.message_id, v_seq, v_dir, enqueue_message.payload, v_hash)
     ON CONFLICT ON CONSTRAINT messages_tenant_id_message_id_key DO NOTHING
     RETURNING m.id INTO v_id;
 
@@ -95,9 +114,10 @@ BEGIN
         -- the look above) committed first. Give the seq back: this
         -- transaction still holds the row lock, so nobody took a later one.
         -- Answer with the original.
-        UPDATE ordo.conversations c SET last_seq = c.last_seq - 1 WHERE c.id = v_conv;
-        SELECT m.id, m.seq INTO v_id, v_seq
+        SELECT m.id, m.seq, m.body_hash INTO v_id, v_seq, v_old
         FROM ordo.messages m WHERE m.tenant_id = v_tenant AND m.message_id = enqueue_message.message_id;
+        PERFORM ordo.check_reuse(v_id, v_old, v_hash, on_reuse);
+        UPDATE ordo.conversations c SET last_seq = c.last_seq - 1 WHERE c.id = v_conv;
         RETURN QUERY SELECT v_id, v_seq, true;
         RETURN;
     END IF;

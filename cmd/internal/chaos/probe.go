@@ -174,13 +174,10 @@ func (p *chaosProber) cases() []chaosProbeCase {
 			if m == nil {
 				return nil
 			}
-			// Same message_id, another text: the original's answer (the
-			// ledger checks it), and the other text is never sent.
-			l := &chaosLoad{r: p.r, api: p.api, ledger: p.ledger}
-			if _, ok := l.offerCopy(ctx, m, post(m.id, m.conv, fmt.Sprintf("%s repeat %d", chaosRejected, round))); !ok {
-				return fmt.Errorf("%.60s: no answer", m.id)
-			}
-			return nil
+			// Same message_id, another text: 422 message_id_reused, and
+			// the other text is never sent (an unexpected send if it were).
+			return p.expect(ctx, http.MethodPost, "/v1/messages", keyA, "application/json",
+				post(m.id, m.conv, fmt.Sprintf("%s repeat %d", chaosRejected, round)), http.StatusUnprocessableEntity, "message_id_reused")
 		}},
 	)
 	return cs

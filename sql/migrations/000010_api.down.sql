@@ -1,0 +1,2 @@
+DROP TABLE ordo.leases;
+ALTER TABLE ordo.messages DROP COLUMN body_hash;
