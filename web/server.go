@@ -34,6 +34,8 @@ const (
 	AuthFailureLimitDefault         = 30
 	AuthFailureWindowDefault        = time.Minute
 	AuthThrottleEntriesDefault      = 10_000
+	WebhookFailureLimitDefault      = 20
+	WebhookFailureWindowDefault     = 10 * time.Second
 	ChannelCacheTTLDefault          = 10 * time.Second
 	ChannelCacheEntriesDefault      = 10_000
 )
@@ -79,8 +81,19 @@ type Config struct {
 	AuthFailureLimit  int
 	AuthFailureWindow time.Duration
 	// AuthThrottleEntries bounds the addresses and prefixes tracked (least
-	// recently failed forgotten first). Default AuthThrottleEntriesDefault.
+	// recently failed forgotten first), for API keys and webhook signatures
+	// each. Default AuthThrottleEntriesDefault.
 	AuthThrottleEntries int
+	// WebhookFailureLimit is how many webhook posts without a valid
+	// signature (missing or wrong, an unknown tenant's, a body too large or
+	// too slow to be checked) one client address may send per
+	// WebhookFailureWindow; past it the address is answered 429 with
+	// Retry-After before any byte of its body is read, until the window
+	// ends, unless it sent a valid signature in the last goodKeyTTL (Meta,
+	// or a proxy every delivery comes through). Defaults
+	// WebhookFailureLimitDefault (20) and WebhookFailureWindowDefault (10s).
+	WebhookFailureLimit  int
+	WebhookFailureWindow time.Duration
 	// ChannelCacheTTL is how long a webhook's tenant and WhatsApp credential
 	// (or their absence) are remembered; a credential changed by another
 	// process is seen after at most this long. Default
@@ -118,6 +131,8 @@ func (c Config) WithDefaults() Config {
 	c.AuthFailureLimit = cmp.Or(c.AuthFailureLimit, AuthFailureLimitDefault)
 	c.AuthFailureWindow = cmp.Or(c.AuthFailureWindow, AuthFailureWindowDefault)
 	c.AuthThrottleEntries = cmp.Or(c.AuthThrottleEntries, AuthThrottleEntriesDefault)
+	c.WebhookFailureLimit = cmp.Or(c.WebhookFailureLimit, WebhookFailureLimitDefault)
+	c.WebhookFailureWindow = cmp.Or(c.WebhookFailureWindow, WebhookFailureWindowDefault)
 	c.ChannelCacheTTL = cmp.Or(c.ChannelCacheTTL, ChannelCacheTTLDefault)
 	c.ChannelCacheEntries = cmp.Or(c.ChannelCacheEntries, ChannelCacheEntriesDefault)
 	return c
@@ -141,6 +156,11 @@ type Server struct {
 	logger   *slog.Logger
 	throttle *authThrottle // failed authentications (throttle.go)
 	good     goodKeys      // API keys that authenticated recently (throttle.go)
+	// unsigned counts webhook posts without a valid signature per client
+	// address, signers holds the addresses that sent a valid one recently
+	// (throttle.go).
+	unsigned *authThrottle
+	signers  goodKeys
 	channels *channelCache // webhook tenants and credentials (channels.go)
 	bodies   chan struct{} // slots for unauthenticated webhook bodies
 }
@@ -153,6 +173,7 @@ func New(cfg Config, eng *engine.Engine, ts *tenants.Store, vault *tenants.Vault
 	cfg = cfg.WithDefaults()
 	s := &Server{cfg: cfg, engine: eng, tenants: ts, vault: vault, logger: logger,
 		throttle: newAuthThrottle(cfg.AuthFailureLimit, cfg.AuthFailureWindow, cfg.AuthThrottleEntries),
+		unsigned: newAuthThrottle(cfg.WebhookFailureLimit, cfg.WebhookFailureWindow, cfg.AuthThrottleEntries),
 		bodies:   make(chan struct{}, cfg.MaxUnauthenticatedBodies),
 	}
 	s.channels = newChannelCache(cfg.ChannelCacheTTL, cfg.ChannelCacheEntries, s.loadChannel)

@@ -11,8 +11,15 @@ package web
 // lock out every other tenant's traffic, nor a guesser on a key's public
 // prefix lock out the real key; any other key is blocked without a lookup.
 //
-// Memory is bounded: at most Config.AuthThrottleEntries counters, the least
-// recently failed dropped first.
+// The WhatsApp webhook has no key, so its failures (posts without a valid
+// signature) are counted per client address alone, in a throttle of their
+// own (Config.WebhookFailureLimit per Config.WebhookFailureWindow); an
+// address that sent a valid signature within goodKeyTTL passes a block, as
+// a good key does, so that Meta, or a proxy every delivery comes through,
+// is never locked out by a stranger at the same address (webhooks.go).
+//
+// Memory is bounded: at most Config.AuthThrottleEntries counters per
+// throttle, the least recently failed dropped first.
 
 import (
 	"container/list"
@@ -28,7 +35,8 @@ import (
 )
 
 // goodKeys remembers the SHA-256 of API keys that authenticated within
-// goodKeyTTL, at most goodKeysMax of them.
+// goodKeyTTL, at most goodKeysMax of them (or of client addresses that sent
+// a valid webhook signature).
 type goodKeys struct {
 	mu sync.Mutex
 	m  map[[32]byte]time.Time
@@ -145,7 +153,8 @@ func retryAfter(d time.Duration) string {
 	return strconv.Itoa(int(math.Ceil(d.Seconds())))
 }
 
-// clientAddr is the address failed authentications are counted against:
+// clientAddr is the address failed authentications and webhook signatures
+// are counted against:
 // the peer's, or, when the peer is a trusted proxy, the nearest untrusted
 // address in X-Forwarded-For. IPv6 clients count per /64, which one host
 // usually owns whole.

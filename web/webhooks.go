@@ -16,10 +16,21 @@ package web
 // exist. The storage itself is engine.StoreWebhook: all or nothing, 200 only
 // after the commit.
 //
+// Those slots are few, and hashing a stranger's megabyte costs CPU the real
+// traffic needs, so a client address (Server.clientAddr) that keeps failing
+// to sign is refused before its body is touched: past
+// Config.WebhookFailureLimit posts without a valid signature in a
+// Config.WebhookFailureWindow, it gets 429 with Retry-After, unread and
+// without a slot, until the window ends (throttle.go). An address that sent
+// a valid signature recently (Meta's, or a proxy every delivery comes
+// through) is never refused this way: a stranger sharing it cannot lock
+// Meta out, and meets the slots instead.
+//
 // Answers: 200 committed; 400 malformed body, or a phone_number_id that is
 // not the tenant's number (nothing of the request is stored); 401 unknown
 // tenant or bad or missing signature; 403 failed handshake (unknown tenant
-// included); 413 body over Config.MaxWebhookBytes; 503 with Retry-After when
+// included); 413 body over Config.MaxWebhookBytes; 429 with Retry-After
+// for an address past its failed signatures; 503 with Retry-After when
 // every unauthenticated-body slot is busy.
 
 import (
@@ -102,9 +113,18 @@ func (s *Server) whatsappHandshake(w http.ResponseWriter, r *http.Request) {
 var errBadSignature = engine.Errorf(engine.CodeUnauthorized, "%s: missing or not the body's HMAC under the tenant's app_secret", signatureHeader)
 
 // whatsappEvents authenticates, parses and stores one webhook delivery.
+// Every post that ends without a valid signature, once it got past the
+// throttle, counts against its client address; one whose body waited for a
+// slot in vain does not (that is ordo's shortage, not the sender's fault).
 func (s *Server) whatsappEvents(w http.ResponseWriter, r *http.Request) {
+	addr := s.clientAddr(r)
+	if wait := s.unsigned.blocked(addr); wait > 0 && !s.signers.has(addr) {
+		s.tooManyUnsigned(w, r, wait)
+		return
+	}
 	limit := s.cfg.MaxWebhookBytes
 	if r.ContentLength > limit {
+		s.unsigned.fail(addr)
 		s.writeError(w, r, engine.Errorf(engine.CodeTooLarge, "body larger than %d bytes", limit))
 		return
 	}
@@ -114,11 +134,15 @@ func (s *Server) whatsappEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ch.found {
+		s.unsigned.fail(addr)
 		s.writeError(w, r, errBadSignature)
 		return
 	}
-	body, sum, err := s.readUnauthenticated(w, r, ch.cred.AppSecret)
+	body, sum, read, err := s.readUnauthenticated(w, r, ch.cred.AppSecret)
 	if err != nil {
+		if read {
+			s.unsigned.fail(addr)
+		}
 		s.writeError(w, r, err)
 		return
 	}
@@ -133,11 +157,13 @@ func (s *Server) whatsappEvents(w http.ResponseWriter, r *http.Request) {
 		if !reloaded || !fresh.found || !whatsapp.VerifySignature(fresh.cred.AppSecret, body, r.Header.Get(signatureHeader)) {
 			s.logger.InfoContext(r.Context(), "whatsapp webhook refused: bad or missing signature (is the tenant's app_secret the Meta app's?)",
 				slog.String("tenant", ch.tenant.Slug))
+			s.unsigned.fail(addr)
 			s.writeError(w, r, errBadSignature)
 			return
 		}
 		ch = fresh
 	}
+	s.signers.add(addr)
 	if !utf8.Valid(body) {
 		s.writeError(w, r, engine.Errorf(engine.CodeInvalid, "body: not valid UTF-8"))
 		return
@@ -159,8 +185,9 @@ func (s *Server) whatsappEvents(w http.ResponseWriter, r *http.Request) {
 // in one of Config.MaxUnauthenticatedBodies slots (503 with Retry-After when
 // none frees up within Config.UnauthenticatedBodyWait), within
 // Config.WebhookReadTimeout, at most Config.MaxWebhookBytes (413 beyond),
-// hashed under secret as it is read. It returns the body and its HMAC.
-func (s *Server) readUnauthenticated(w http.ResponseWriter, r *http.Request, secret string) ([]byte, []byte, error) {
+// hashed under secret as it is read. It returns the body and its HMAC, and
+// whether it took a slot to read it (an error after that is the sender's).
+func (s *Server) readUnauthenticated(w http.ResponseWriter, r *http.Request, secret string) (body, sum []byte, read bool, err error) {
 	wait := time.NewTimer(s.cfg.UnauthenticatedBodyWait)
 	defer wait.Stop()
 	select {
@@ -168,10 +195,16 @@ func (s *Server) readUnauthenticated(w http.ResponseWriter, r *http.Request, sec
 		defer func() { <-s.bodies }()
 	case <-wait.C:
 		w.Header().Set("Retry-After", "1")
-		return nil, nil, engine.Errorf(engine.CodeUnavailable, "too many webhook deliveries in flight; retry shortly")
+		return nil, nil, false, engine.Errorf(engine.CodeUnavailable, "too many webhook deliveries in flight; retry shortly")
 	case <-r.Context().Done():
-		return nil, nil, engine.Errorf(engine.CodeUnavailable, "request cancelled")
+		return nil, nil, false, engine.Errorf(engine.CodeUnavailable, "request cancelled")
 	}
+	body, sum, err = s.readSlotted(w, r, secret)
+	return body, sum, true, err
+}
+
+// readSlotted is readUnauthenticated's reading, once it holds a slot.
+func (s *Server) readSlotted(w http.ResponseWriter, r *http.Request, secret string) ([]byte, []byte, error) {
 	// The deadline bounds the body only: once read, it is lifted, or the
 	// server's watch for a closed connection would cancel the request
 	// while it is being stored.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -34,6 +35,12 @@ const (
 	// HostileP99Max bounds the p99 of the real REST requests and of the
 	// real signed webhook deliveries that started during the flood.
 	HostileP99Max = time.Second
+	// HostileSourceAddr is the address the flood's connections come from,
+	// as a real attacker's come from its own: not the 127.0.0.1 of the real
+	// REST clients and of Meta, whose valid signatures would exempt it from
+	// the webhook's throttle. Linux routes all of 127.0.0.0/8 to loopback,
+	// so it reaches the API listening on 127.0.0.1.
+	HostileSourceAddr = "127.0.0.2"
 )
 
 // hostileRSSEvery is how often the API process's RSS is read.
@@ -123,9 +130,10 @@ func (f *hostileFlood) Inject(ctx context.Context, r *run) bool {
 	f.ownCPU, _ = readCPU(os.Getpid())
 	r.log.fault(faultHostileFlood, "%s; API RSS before it %d MB", f.Desc(), f.idle>>10)
 
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(HostileSourceAddr)}, Timeout: 5 * time.Second}
 	client := &http.Client{
 		Timeout:   30 * time.Second,
-		Transport: &http.Transport{DisableKeepAlives: true, MaxIdleConnsPerHost: -1},
+		Transport: &http.Transport{DisableKeepAlives: true, MaxIdleConnsPerHost: -1, DialContext: dialer.DialContext},
 		// An answer is all a stranger gets; nothing redirects here.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
@@ -148,6 +156,8 @@ func (f *hostileFlood) Inject(ctx context.Context, r *run) bool {
 // three aim at a real tenant (read, at most the limit, in one of the
 // process's few slots for unauthenticated bodies), one in three at a slug
 // nobody has; half declare their length (refused unread), half are chunked.
+// All of them come from HostileSourceAddr, so after a few failed
+// signatures the API answers them 429 unread until its window ends.
 func (f *hostileFlood) flood(ctx context.Context, r *run, client *http.Client, i int) {
 	slug := "nobody-" + strconv.Itoa(i)
 	if i%3 != 2 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -22,8 +23,13 @@ import (
 func TestHostileFloodInjectRecover(t *testing.T) {
 	t.Parallel()
 	var posts atomic.Int64
+	// The stand-in listens on 127.0.0.1, as the API does: the flood reaches
+	// it from its own address.
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		posts.Add(1)
+		if host, _, _ := net.SplitHostPort(r.RemoteAddr); host != HostileSourceAddr {
+			t.Errorf("flood post from %s, want %s", r.RemoteAddr, HostileSourceAddr)
+		}
 		if !strings.HasPrefix(r.URL.Path, "/webhooks/whatsapp/") || r.Header.Get("X-Hub-Signature-256") != "" {
 			t.Errorf("flood post %s signed %q", r.URL.Path, r.Header.Get("X-Hub-Signature-256"))
 		}
