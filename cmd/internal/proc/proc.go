@@ -24,7 +24,8 @@ type Config struct {
 	// (nil: this process's).
 	Argv []string
 	Env  []string
-	// Dir is the working directory (empty: this process's).
+	// Dir is the working directory (empty: this process's); with
+	// Credential, one that account can enter.
 	Dir string
 	// LogPath receives the process's stderr, and its stdout unless Stdout is
 	// set; each incarnation is appended, between "=== name start/exited"
@@ -40,6 +41,10 @@ type Config struct {
 	// Logf, if set, is told of each exit nobody asked for and of a failed
 	// restart.
 	Logf func(format string, args ...any)
+	// Credential, if set, runs the process as another account (Patroni
+	// starts PostgreSQL, which refuses to run as root). Default: this
+	// process's.
+	Credential *syscall.Credential
 }
 
 // Proc is a supervised child process. Its methods are safe for concurrent
@@ -92,7 +97,9 @@ func (p *Proc) Start() error {
 		}
 	}
 	// Should the harness itself die, its children die with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// (Go sets the signal after switching to Credential's account, which
+	// would otherwise clear it.)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: p.cfg.Credential}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("start %s: %w", p.cfg.Name, err)
