@@ -204,8 +204,8 @@ func (c *Cluster) patroniConfig(n *Node, binDir string) map[string]any {
 				"synchronous_mode_strict": true,
 				"synchronous_node_count":  1,
 				"postgresql": map[string]any{
-					"use_pg_rewind":                               true,
-					"use_slots":                                   true,
+					"use_pg_rewind": true,
+					"use_slots":     true,
 					"remove_data_directory_on_rewind_failure":     true,
 					"remove_data_directory_on_diverged_timelines": true,
 					"parameters": params,
