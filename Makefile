@@ -7,6 +7,9 @@
 #   make bench   the benchmark      (make bench ARGS="--scenario hot"), cmd/ordo-bench
 #   make chaos   the crash run      (make chaos ARGS="--duration 1m"), cmd/ordo-chaos
 #                driving bin/ordo, which it builds first
+#   make chaos-ha  the crash run on a Patroni cluster with failovers
+#                (make chaos ARGS="--ha …"; installs patroni and etcd-server
+#                with apt-get when missing)
 #   make n8n-e2e the n8n templates on a real n8n (installed once into a
 #                cache outside the repo) against a fresh ordo dev
 #   make fuzz    every Fuzz target for FUZZTIME each
@@ -26,7 +29,7 @@ FUZZFLAGS ?= -parallel=1
 # packages (./…), replaces the default ./... .
 TEST ?= $(GO) test -race -count=1 -timeout 12m $(ARGS) $(if $(filter ./% ../% github.com/%,$(ARGS)),,./...)
 
-.PHONY: dev test bench chaos n8n-e2e fuzz lint build
+.PHONY: dev test bench chaos chaos-ha n8n-e2e fuzz lint build
 
 dev:
 	$(ORDO) dev $(ARGS)
@@ -49,6 +52,10 @@ chaos: build
 # (ordo dev, the operator commands) and n8n as processes.
 n8n-e2e: build
 	ORDO_BIN=$(CURDIR)/bin/ordo $(GO) test -tags n8ne2e -count=1 -v -timeout 40m ./cmd/internal/n8ne2e/ $(ARGS)
+
+# The same run with the database as a Patroni cluster, failing over.
+chaos-ha: build
+	$(GO) run ./cmd/ordo-chaos --ordo bin/ordo --ha $(ARGS)
 
 # Fuzz targets are found by name in the *_test.go files, as dir:Name; each
 # runs for FUZZTIME, all against one throwaway Postgres (a target may use

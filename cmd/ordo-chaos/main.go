@@ -40,6 +40,8 @@ func main() {
 	fs.IntVar(&c.OperatorResolves, "operator-resolves", 2, "dead letters replayed or skipped while their conversations are busy")
 	fs.IntVar(&c.SQLBatch, "sql-batch", 20, "an application enqueuing through ordo.enqueue_message, this many conversations per transaction, some rolled back (0: none)")
 	fs.DurationVar(&c.HostileFor, "hostile", 20*time.Second, "how long strangers flood the webhook with 200 concurrent unsigned 8 MB posts, once, while the load flows (0: no flood)")
+	fs.BoolVar(&c.HA, "ha", false, "run the database as a Patroni cluster (etcd, a primary, two standbys, synchronous replication; patroni and etcd-server installed with apt-get if missing) and inject failovers instead of Postgres restarts")
+	fs.IntVar(&c.Failovers, "failovers", 0, fmt.Sprintf("with --ha, how many of each failover fault (0: one per %s of load, at least one)", chaos.FailoverEvery))
 	fs.StringVar(&c.Dir, "dir", "", "directory for the cluster and the logs (default: a temporary one, kept if the run fails)")
 	if err := cli.ParseFlags(fs, os.Args[1:]); err != nil {
 		os.Exit(2)

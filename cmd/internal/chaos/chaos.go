@@ -12,6 +12,8 @@
 //	chaos.go              the configuration and the run itself
 //	fault.go              the fault interface, the seeded plan, the fault log
 //	fault_*.go            one kind of process fault each (kill, stall, restart, deploy)
+//	fault_ha_*.go         with --ha, the failover faults on a Patroni cluster
+//	check_ha.go           with --ha, the recovery times and their check
 //	stresser.go           the stresser interface
 //	load.go               the clients and their ledger (a stresser)
 //	probe.go              the bad-input prober (a stresser)
@@ -42,6 +44,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ordo-dev/ordo/cmd/internal/hacluster"
 	"github.com/ordo-dev/ordo/cmd/internal/pgcluster"
 	"github.com/ordo-dev/ordo/cmd/internal/proc"
 	"github.com/ordo-dev/ordo/tenants"
@@ -108,6 +111,16 @@ type Config struct {
 	// run; the API's RSS and the real clients' p99 are measured meanwhile.
 	// Default 0 (none).
 	HostileFor time.Duration
+	// HA runs the database as a Patroni cluster (package hacluster: one
+	// etcd, a primary and two standbys, synchronous replication) that ordo
+	// reaches through a multi-host DATABASE_URL, and replaces the Postgres
+	// restarts by the failover faults: kill -9 of the primary's
+	// postmaster, a switchover and a standby restart, Failovers of each.
+	// Default false.
+	HA bool
+	// Failovers is how many of each failover fault an HA run injects.
+	// Default: one per FailoverEvery of load, at least one.
+	Failovers int
 	// Lease and SendTimeout are handed to the workers (see jobs.Config).
 	// Defaults 4s, 1.5s: a stalled or killed worker's conversations move on
 	// within seconds.
@@ -147,6 +160,7 @@ func (c Config) withDefaults() Config {
 	setInt(&c.APIKills, max(1, int(c.Duration/time.Minute)))
 	setInt(&c.PGRestarts, max(1, int(c.Duration/(90*time.Second))))
 	setInt(&c.Stalls, max(1, int(c.Duration/(90*time.Second))))
+	setInt(&c.Failovers, max(1, int(c.Duration/FailoverEvery)))
 	setDur(&c.Lease, 4*time.Second)
 	setDur(&c.SendTimeout, 1500*time.Millisecond)
 	return c
@@ -182,6 +196,10 @@ func (c Config) validate() error {
 	return nil
 }
 
+// FailoverEvery is how much load an HA run has per failover fault of each
+// kind (Config.Failovers).
+const FailoverEvery = 2 * time.Minute
+
 // stallFor is how long a worker stays SIGSTOPped: past its lease twice
 // (Postgres ends its sessions, releasing its conversations, and their ready
 // rows are due again: another worker takes them over), and a little more.
@@ -195,6 +213,7 @@ type run struct {
 	start    time.Time
 	log      *faultLog
 	cluster  *pgcluster.Cluster
+	ha       *hacluster.Cluster // with --ha, instead of cluster
 	dbURL    string
 	env      []string // the ordo processes' environment
 	apiURL   string
@@ -210,6 +229,8 @@ type run struct {
 	hostile     []hostileRecord      // fault_hostile_flood.go
 	resolutions map[string]string    // fault_operator_resolve.go: tenant index and message id → replayed|skipped
 	replays     map[chaosConvKey]int // fault_operator_resolve.go: replays per conversation
+	failovers   []haFault            // fault_ha_*.go
+	ledger      *chaosLedger         // the clients' ledger, once the load starts
 }
 
 // chaosTenant is a tenant as the clients know it.
@@ -251,6 +272,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			_ = r.cluster.Stop(stopCtx)
 			cancel()
 		}
+		if r.ha != nil {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+			r.ha.Stop(stopCtx)
+			cancel()
+		}
 		if cfg.Dir == "" && err == nil && rep != nil && rep.Failed() == 0 {
 			_ = os.RemoveAll(dir)
 		} else {
@@ -260,6 +286,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 
 	fmt.Fprintf(cfg.Out, "ordo chaos: seed %d, %s of load, %d workers, %d tenants, %d conversations, %d clients at %.0f msg/s\n",
 		cfg.Seed, cfg.Duration, cfg.Workers, cfg.Tenants, cfg.Conversations, cfg.Clients, cfg.Rate)
+	fmt.Fprintf(cfg.Out, "load average %s\n", loadAverage())
 	if err := r.setUp(ctx, dir); err != nil {
 		return nil, err
 	}
@@ -274,21 +301,27 @@ func (r *run) setUp(ctx context.Context, dir string) error {
 	// Fast skips fsync, which only matters if the machine itself crashes;
 	// synchronous_commit stays on, so a 2xx is in the WAL before it is
 	// answered and an immediate restart (a crash of Postgres) keeps it.
-	pgPort, err := chaosFreePort()
-	if err != nil {
-		return err
+	if cfg.HA {
+		if err := r.startHA(ctx, dir); err != nil {
+			return err
+		}
+	} else {
+		pgPort, err := chaosFreePort()
+		if err != nil {
+			return err
+		}
+		r.cluster, err = pgcluster.Start(ctx, pgcluster.Config{
+			Dir:      filepath.Join(dir, "pg"),
+			Port:     pgPort,
+			Fast:     true,
+			Settings: map[string]string{"synchronous_commit": "on", "max_connections": "400"},
+		})
+		if err != nil {
+			return err
+		}
+		r.dbURL = r.cluster.URL("postgres")
+		r.log.printf("postgres started in %s", r.cluster.Dir)
 	}
-	r.cluster, err = pgcluster.Start(ctx, pgcluster.Config{
-		Dir:      filepath.Join(dir, "pg"),
-		Port:     pgPort,
-		Fast:     true,
-		Settings: map[string]string{"synchronous_commit": "on", "max_connections": "400"},
-	})
-	if err != nil {
-		return err
-	}
-	r.dbURL = r.cluster.URL("postgres")
-	r.log.printf("postgres started in %s", r.cluster.Dir)
 	key, err := tenants.GenerateMasterKey()
 	if err != nil {
 		return err
@@ -407,6 +440,7 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	r.log.start = r.start
 	r.log.mu.Unlock()
 	ld := newChaosLoad(r)
+	r.ledger = ld.ledger
 	r.provider.watch(ld.ledger)
 	tenantOf := make(map[string]int)
 	for i, t := range r.tenants {
@@ -501,6 +535,8 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		resolves:    r.faultWindows(faultOperatorResolve),
 		replays:     r.replaysPer(),
 		hostile:     r.hostileRecords(),
+		ha:          cfg.HA,
+		failovers:   r.failoverRecords(),
 	}
 	for _, t := range r.tenants {
 		in.policies = append(in.policies, t.ambiguous)

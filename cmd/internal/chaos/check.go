@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -50,6 +51,8 @@ type chaosInput struct {
 	replays     map[chaosConvKey]int // dead letters replayed per conversation
 	policies    []string             // per tenant: resend or reconcile
 	hostile     []hostileRecord      // each hostile flood's figures
+	ha          bool                 // the run's database was an HA cluster (--ha)
+	failovers   []haFault            // with ha: each failover fault as it happened
 }
 
 // chaosCheck is one verdict.
@@ -72,6 +75,7 @@ type Report struct {
 	deadLettered, permanentFailed      int
 	faults                             map[string]int
 	hostile                            []string // each hostile flood's figures
+	notes                              []string // printed after the checks (the failovers' recovery)
 }
 
 func (r *Report) Failed() int {
@@ -352,6 +356,11 @@ func chaosJudge(in chaosInput) *Report {
 	var missing []string
 	kinds := []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall,
 		faultProvider500, faultProviderTimeout, faultProviderDelivered, faultProviderPairRate, faultProviderPermanent}
+	if in.ha {
+		// The failovers take the Postgres restarts' place.
+		kinds = slices.DeleteFunc(kinds, func(k string) bool { return k == faultPGRestart })
+		kinds = append(kinds, faultHAPrimaryKill, faultHASwitchover, faultHAStandbyRestart)
+	}
 	for _, k := range kinds {
 		if rep.faults[k] == 0 {
 			missing = append(missing, k+" never happened")
@@ -363,6 +372,9 @@ func chaosJudge(in chaosInput) *Report {
 		}
 	}
 	rep.add("every kind of fault injected", len(missing) == 0, chaosFaultSummary(rep.faults), missing...)
+	if in.ha {
+		judgeFailovers(rep, in)
+	}
 
 	// 10. The system settled, and no process crashed on its own.
 	rep.add("settled after the load", in.settled,
@@ -375,7 +387,7 @@ func chaosJudge(in chaosInput) *Report {
 func chaosFaultSummary(f map[string]int) string {
 	kinds := []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall,
 		faultProvider500, faultProviderTimeout, faultProviderDelivered, faultProviderPairRate, faultProviderPermanent}
-	for _, k := range []string{faultRollingDeploy, faultOperatorResolve, faultHostileFlood} {
+	for _, k := range []string{faultRollingDeploy, faultOperatorResolve, faultHostileFlood, faultHAPrimaryKill, faultHASwitchover, faultHAStandbyRestart} {
 		if f[k] > 0 { // optional kinds: named only when the run had them
 			kinds = append(kinds, k)
 		}
@@ -400,6 +412,12 @@ func (r *Report) print(w io.Writer) {
 			for _, d := range c.details {
 				fmt.Fprintf(w, "          %s\n", d)
 			}
+		}
+	}
+	if len(r.notes) > 0 {
+		fmt.Fprintln(w, "\nfailovers:")
+		for _, n := range r.notes {
+			fmt.Fprintf(w, "  %s\n", n)
 		}
 	}
 	fmt.Fprintf(w, "\naccepted=%d sent=%d lost=%d order_violations=%d duplicates=%d ambiguous_counted=%d duplicates_beyond_ambiguous=%d dead_lettered=%d provider_permanent=%d unexpected=%d\n",

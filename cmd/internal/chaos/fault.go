@@ -77,6 +77,9 @@ var faultKinds = []faultKind{
 	rollingDeployKind,
 	operatorResolveKind,
 	hostileFloodKind,
+	haPrimaryKillKind,
+	haSwitchoverKind,
+	haStandbyRestartKind,
 }
 
 // planner draws the plan from the seed: the periodic faults first, then the
@@ -147,7 +150,8 @@ func (p *faultPlan) kinds() map[string]int {
 }
 
 // planShown is the order in which the plan line names the kinds.
-var planShown = []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall, faultRollingDeploy, faultOperatorResolve, faultHostileFlood}
+var planShown = []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall, faultRollingDeploy, faultOperatorResolve, faultHostileFlood,
+	faultHAPrimaryKill, faultHASwitchover, faultHAStandbyRestart}
 
 func (p *faultPlan) print(l *faultLog) {
 	k := p.kinds()

@@ -14,6 +14,9 @@ const faultPGRestart = "pg_restart"
 var pgRestartKind = faultKind{
 	name: faultPGRestart,
 	plan: func(p *planner) []fault {
+		if p.cfg.HA {
+			return nil // the failover faults take its place (fault_ha.go)
+		}
 		return p.place(p.cfg.PGRestarts, p.cfg.Duration-5*time.Second,
 			func() time.Duration { return 0 },
 			func(s slot) fault { return &pgRestart{s: s} })

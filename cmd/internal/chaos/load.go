@@ -79,6 +79,27 @@ type chaosLedger struct {
 	retries    int
 	rejected   []string // a valid offer answered 4xx
 	unanswered int      // copies that never got an answer
+	acks       []chaosAck
+}
+
+// chaosAck is one 2xx answer: when its request was sent and when the
+// answer came (the failover faults' recovery times are read from them).
+type chaosAck struct {
+	sent, at time.Time
+}
+
+// ack records a 2xx answer to a request sent at sent.
+func (l *chaosLedger) ack(sent time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.acks = append(l.acks, chaosAck{sent: sent, at: time.Now()})
+}
+
+// acked returns the 2xx answers so far.
+func (l *chaosLedger) acked() []chaosAck {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]chaosAck(nil), l.acks...)
 }
 
 func newChaosLedger(pnids []string) *chaosLedger {
@@ -308,11 +329,15 @@ func (l *chaosLoad) offerCopy(ctx context.Context, m *chaosMsg, body []byte) (re
 			status int
 			answer []byte
 			err    error
+			sent   = time.Now()
 		)
 		if m.webhook {
 			status, answer, err = l.api.postWebhook(ctx, l.r.tenants[m.tenant].slug, body)
 		} else {
 			status, answer, err = l.api.do(ctx, http.MethodPost, "/v1/messages", auth, "application/json", body)
+		}
+		if err == nil && status >= 200 && status < 300 {
+			l.ledger.ack(sent)
 		}
 		switch {
 		case err == nil && m.webhook && status == http.StatusOK:

@@ -137,23 +137,23 @@ var benignPostgresErrors = []string{
 // postgresErrors lists the errors in Postgres's log that no good run has: a
 // deadlock above all, which Postgres breaks by failing one side.
 func (r *run) postgresErrors() []string {
-	if r.cluster == nil {
-		return nil
-	}
-	f, err := os.Open(filepath.Join(r.cluster.Dir, "postgres.log"))
-	if err != nil {
-		return []string{"postgres.log: " + err.Error()}
-	}
-	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		_, msg, ok := strings.Cut(sc.Text(), " ERROR:  ")
-		if !ok || slices.ContainsFunc(benignPostgresErrors, func(b string) bool { return strings.HasPrefix(msg, b) }) {
+	for _, path := range r.postgresLogs() {
+		f, err := os.Open(path)
+		if err != nil {
+			out = append(out, path+": "+err.Error())
 			continue
 		}
-		out = append(out, "postgres: ERROR: "+msg)
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			_, msg, ok := strings.Cut(sc.Text(), " ERROR:  ")
+			if !ok || slices.ContainsFunc(benignPostgresErrors, func(b string) bool { return strings.HasPrefix(msg, b) }) {
+				continue
+			}
+			out = append(out, "postgres: ERROR: "+msg)
+		}
+		f.Close()
 	}
 	return out
 }

@@ -1,0 +1,118 @@
+package chaos
+
+// The failover faults' check (--ha): how long each one stopped ordo from
+// accepting and from sending, read from the clients' 2xx answers and the
+// provider's deliveries — not from ordo — against haRecoverBound. Every
+// other check (nothing lost, order, duplicates) judges an HA run as it
+// judges any run.
+
+import (
+	"fmt"
+	"time"
+)
+
+// haRecovery is one failover fault's effect, as the checker measured it.
+type haRecovery struct {
+	fault haFault
+	// writePause is the longest time without a 2xx answer from the fault
+	// until the cluster was healthy again (and 10 s more), counted from the
+	// fault itself; firstAccept is from the fault to the first 2xx of a
+	// request sent after it.
+	writePause, firstAccept time.Duration
+	// sendPause is the same as writePause for the provider's deliveries;
+	// firstSend is from the fault to the first delivery after it.
+	sendPause, firstSend time.Duration
+	// wrote, sent: something was accepted, and sent, after the fault.
+	wrote, sent bool
+}
+
+// haRecoveryTail is how long after the cluster is healthy again a
+// failover's window lasts: ordo may reconnect a moment later.
+const haRecoveryTail = 10 * time.Second
+
+// measureFailover measures one failover fault from the clients' 2xx
+// answers and the provider's deliveries.
+func measureFailover(f haFault, acks []chaosAck, sends []chaosSend) haRecovery {
+	rec := haRecovery{fault: f}
+	end := f.at.Add(haRecoverBound + haRecoveryTail)
+	if f.healthy > 0 {
+		end = f.at.Add(f.healthy + haRecoveryTail)
+	}
+	var answered []time.Time
+	for _, a := range acks {
+		if a.sent.Before(f.at) {
+			if a.at.After(f.at) && !a.at.After(end) {
+				answered = append(answered, a.at)
+			}
+			continue
+		}
+		if !rec.wrote || a.at.Sub(f.at) < rec.firstAccept {
+			rec.firstAccept, rec.wrote = a.at.Sub(f.at), true
+		}
+		if !a.at.After(end) {
+			answered = append(answered, a.at)
+		}
+	}
+	rec.writePause = longestPause(f.at, end, answered)
+	var delivered []time.Time
+	for _, s := range sends {
+		if s.WAMID == "" || !s.At.After(f.at) {
+			continue
+		}
+		if !rec.sent || s.At.Sub(f.at) < rec.firstSend {
+			rec.firstSend, rec.sent = s.At.Sub(f.at), true
+		}
+		if !s.At.After(end) {
+			delivered = append(delivered, s.At)
+		}
+	}
+	rec.sendPause = longestPause(f.at, end, delivered)
+	return rec
+}
+
+// longestPause is the longest stretch in [from, end] without an event
+// (events unsorted); the stretch before the first event counts from from,
+// the one after the last up to end.
+func longestPause(from, end time.Time, events []time.Time) time.Duration {
+	sorted := append([]time.Time(nil), events...)
+	for i := 1; i < len(sorted); i++ {
+		for j := i; j > 0 && sorted[j].Before(sorted[j-1]); j-- {
+			sorted[j], sorted[j-1] = sorted[j-1], sorted[j]
+		}
+	}
+	longest, prev := time.Duration(0), from
+	for _, t := range append(sorted, end) {
+		if d := t.Sub(prev); d > longest {
+			longest = d
+		}
+		prev = t
+	}
+	return longest
+}
+
+// judgeFailovers adds the failover check: each fault was injected as
+// planned, the cluster was healthy again, and ordo accepted and sent again
+// within haRecoverBound; the recovery of each is a line of the report.
+func judgeFailovers(rep *Report, in chaosInput) {
+	var bad []string
+	for _, f := range in.failovers {
+		rec := measureFailover(f, in.ledger.acks, in.sends)
+		line := fmt.Sprintf("%s: %s; primary %s → %s; ", f.kind, f.what, f.from, f.to)
+		if f.healthy > 0 {
+			line += fmt.Sprintf("cluster healthy after %.1fs; ", f.healthy.Seconds())
+		} else {
+			line += "cluster not healthy again (" + f.err + "); "
+		}
+		line += fmt.Sprintf("writes paused %.1fs (first 2xx of a request sent after the fault at +%.1fs), sends paused %.1fs (first delivery after it at +%.1fs)",
+			rec.writePause.Seconds(), rec.firstAccept.Seconds(), rec.sendPause.Seconds(), rec.firstSend.Seconds())
+		rep.notes = append(rep.notes, line)
+		switch {
+		case f.healthy == 0:
+			bad = append(bad, line)
+		case !rec.wrote || !rec.sent || rec.writePause > haRecoverBound || rec.sendPause > haRecoverBound:
+			bad = append(bad, line)
+		}
+	}
+	rep.add("ordo accepts and sends again after each failover", len(bad) == 0 && len(in.failovers) > 0,
+		fmt.Sprintf("%d failover faults, %d not recovered from within %s", len(in.failovers), len(bad), haRecoverBound), bad...)
+}
