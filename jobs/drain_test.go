@@ -197,3 +197,71 @@ func TestStalledDrainWritesNothingAfterTakeover(t *testing.T) {
 		t.Fatal("the stalled drain moved the conversation after waking")
 	}
 }
+
+// A drain whose session vanished with its server — the primary failed over:
+// its connection, its advisory lock and its lease are gone at once, while it
+// waits on a send — writes nothing once it wakes: another drain took the
+// conversation over on the (new) primary, bumped the fence, resent the send
+// whose outcome it could not know, and went on. The old drain's only path
+// to the database is its dead session, and a write on any other would meet
+// the fence.
+func TestDrainWhoseServerWentAwayWritesNothingAfterTakeover(t *testing.T) {
+	t.Parallel()
+	// A lease long enough that the session is ended by the "failover",
+	// not by its idle timeout, however loaded the machine.
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true, Config: jobs.Config{Lease: 5 * time.Second, HandlerTimeout: time.Second, SendTimeout: time.Second}})
+	if _, err := b.Pool.Exec(context.Background(), `UPDATE ordo.tenants SET ambiguous = 'resend'`); err != nil {
+		t.Fatal(err)
+	}
+	stalled, wake := make(chan struct{}), make(chan struct{})
+	var woken sync.Once
+	// Before the bundle's own cleanup stops the runner: a failed
+	// assertion must not leave the drain waiting here for ever.
+	t.Cleanup(func() { woken.Do(func() { close(wake) }) })
+	var first atomic.Bool
+	jobs.SetHooks(b.Runner, nil, func(int64) {
+		if first.CompareAndSwap(false, true) { // the first send's drain waits here
+			close(stalled)
+			<-wake
+		}
+	})
+	b.Start()
+	b.Ingest("c1", "m1", "one")
+	<-stalled
+	// The failover, as the drain's session sees it: its backend is gone.
+	var killed int
+	if err := b.Pool.QueryRow(context.Background(), `
+		SELECT count(pg_terminate_backend(l.pid))::int FROM pg_locks l
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid::bigint = $1`, int64(0x6f72646f)).Scan(&killed); err != nil || killed != 1 {
+		t.Fatalf("terminated %d drain sessions (%v), want 1", killed, err)
+	}
+	b.Ingest("c1", "m2", "two")
+	b.WaitFor("a new drain to finish the conversation", 20*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`) == 2
+	})
+	var fence int64
+	var provider string
+	if err := b.Pool.QueryRow(context.Background(), `SELECT c.fence, s.provider_message_id FROM ordo.conversations c, ordo.steps s JOIN ordo.messages m ON m.id = s.message_pk WHERE m.message_id = 'm1'`).Scan(&fence, &provider); err != nil {
+		t.Fatal(err)
+	}
+	woken.Do(func() { close(wake) })
+	time.Sleep(500 * time.Millisecond) // the old drain tries to record its send
+	sends := b.WhatsApp.Sends()
+	if len(sends) != 3 || sends[0].Text != "one" || sends[1].Text != "one" || sends[2].Text != "two" {
+		t.Fatalf("provider saw %d sends; want one (old drain), one (resent as ambiguous), two", len(sends))
+	}
+	var after string
+	var ambiguous int
+	if err := b.Pool.QueryRow(context.Background(), `SELECT s.provider_message_id, s.ambiguous_count FROM ordo.steps s JOIN ordo.messages m ON m.id = s.message_pk WHERE m.message_id = 'm1'`).Scan(&after, &ambiguous); err != nil {
+		t.Fatal(err)
+	}
+	if after != provider || after != sends[1].WAMID {
+		t.Fatalf("m1's recorded provider id changed from %q to %q after the old drain woke (new owner's send was %q)", provider, after, sends[1].WAMID)
+	}
+	if ambiguous != 1 {
+		t.Fatalf("ambiguous_count = %d, want 1 (the resend is counted)", ambiguous)
+	}
+	if n := b.Count(`SELECT count(*) FROM ordo.conversations WHERE head_seq = 2 AND fence = $1`, fence); n != 1 {
+		t.Fatal("the old drain moved the conversation after waking")
+	}
+}

@@ -134,9 +134,19 @@ var benignPostgresErrors = []string{
 	"canceling statement due to lock timeout",
 }
 
+// haBenignPostgresErrors are, in an HA run (--ha), errors of the HA
+// manager's own making: right after a promotion a standby (the old primary
+// rejoining) asks the new primary for its replication slot before the new
+// primary's Patroni created it, and its walreceiver tries again.
+var haBenignPostgresErrors = []string{`replication slot "node`}
+
 // postgresErrors lists the errors in Postgres's log that no good run has: a
 // deadlock above all, which Postgres breaks by failing one side.
 func (r *run) postgresErrors() []string {
+	benign := benignPostgresErrors
+	if r.ha != nil {
+		benign = append(slices.Clone(benign), haBenignPostgresErrors...)
+	}
 	var out []string
 	for _, path := range r.postgresLogs() {
 		f, err := os.Open(path)
@@ -148,7 +158,7 @@ func (r *run) postgresErrors() []string {
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			_, msg, ok := strings.Cut(sc.Text(), " ERROR:  ")
-			if !ok || slices.ContainsFunc(benignPostgresErrors, func(b string) bool { return strings.HasPrefix(msg, b) }) {
+			if !ok || slices.ContainsFunc(benign, func(b string) bool { return strings.HasPrefix(msg, b) }) {
 				continue
 			}
 			out = append(out, "postgres: ERROR: "+msg)
