@@ -232,7 +232,8 @@ func TestDrainWhoseServerWentAwayWritesNothingAfterTakeover(t *testing.T) {
 	var killed int
 	if err := b.Pool.QueryRow(context.Background(), `
 		SELECT count(pg_terminate_backend(l.pid))::int FROM pg_locks l
-		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid::bigint = $1`, int64(0x6f72646f)).Scan(&killed); err != nil || killed != 1 {
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid::bigint = $1
+		  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`, int64(0x6f72646f)).Scan(&killed); err != nil || killed != 1 {
 		t.Fatalf("terminated %d drain sessions (%v), want 1", killed, err)
 	}
 	b.Ingest("c1", "m2", "two")

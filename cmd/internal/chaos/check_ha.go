@@ -8,6 +8,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -15,8 +16,8 @@ import (
 type haRecovery struct {
 	fault haFault
 	// writePause is the longest time without a 2xx answer from the fault
-	// until the cluster was healthy again (and 10 s more), counted from the
-	// fault itself; firstAccept is from the fault to the first 2xx of a
+	// until the cluster was healthy again and 10 s more (longestPause);
+	// firstAccept is from the fault to the first 2xx of a
 	// request sent after it.
 	writePause, firstAccept time.Duration
 	// sendPause is the same as writePause for the provider's deliveries;
@@ -40,17 +41,14 @@ func measureFailover(f haFault, acks []chaosAck, sends []chaosSend) haRecovery {
 	}
 	var answered []time.Time
 	for _, a := range acks {
+		if a.at.After(f.at) {
+			answered = append(answered, a.at)
+		}
 		if a.sent.Before(f.at) {
-			if a.at.After(f.at) && !a.at.After(end) {
-				answered = append(answered, a.at)
-			}
 			continue
 		}
 		if !rec.wrote || a.at.Sub(f.at) < rec.firstAccept {
 			rec.firstAccept, rec.wrote = a.at.Sub(f.at), true
-		}
-		if !a.at.After(end) {
-			answered = append(answered, a.at)
 		}
 	}
 	rec.writePause = longestPause(f.at, end, answered)
@@ -62,28 +60,24 @@ func measureFailover(f haFault, acks []chaosAck, sends []chaosSend) haRecovery {
 		if !rec.sent || s.At.Sub(f.at) < rec.firstSend {
 			rec.firstSend, rec.sent = s.At.Sub(f.at), true
 		}
-		if !s.At.After(end) {
-			delivered = append(delivered, s.At)
-		}
+		delivered = append(delivered, s.At)
 	}
 	rec.sendPause = longestPause(f.at, end, delivered)
 	return rec
 }
 
-// longestPause is the longest stretch in [from, end] without an event
-// (events unsorted); the stretch before the first event counts from from,
-// the one after the last up to end.
+// longestPause is the longest stretch without an event (events, all
+// after from, unsorted) from from until the first event past end: the
+// first stretch counts from from; a stretch that runs past end counts in
+// full (ordo stuck); after the last event nothing counts (the load may
+// have ended).
 func longestPause(from, end time.Time, events []time.Time) time.Duration {
-	sorted := append([]time.Time(nil), events...)
-	for i := 1; i < len(sorted); i++ {
-		for j := i; j > 0 && sorted[j].Before(sorted[j-1]); j-- {
-			sorted[j], sorted[j-1] = sorted[j-1], sorted[j]
-		}
-	}
+	sorted := slices.SortedFunc(slices.Values(events), time.Time.Compare)
 	longest, prev := time.Duration(0), from
-	for _, t := range append(sorted, end) {
-		if d := t.Sub(prev); d > longest {
-			longest = d
+	for _, t := range sorted {
+		longest = max(longest, t.Sub(prev))
+		if t.After(end) {
+			break
 		}
 		prev = t
 	}

@@ -1,0 +1,65 @@
+package chaos
+
+import (
+	"testing"
+	"time"
+)
+
+// TestMeasureFailover reads a failover's pauses from the clients' answers
+// and the provider's deliveries, and the check fails a failover after
+// which ordo never wrote again.
+func TestMeasureFailover(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 26, 1, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	f := haFault{kind: faultHAPrimaryKill, what: "kill", at: at(10), from: "node1", to: "node2", healthy: 8 * time.Second}
+	acks := []chaosAck{
+		{sent: at(9.5), at: at(9.9)},  // before the fault: not in the window
+		{sent: at(9.8), at: at(10.2)}, // sent before, answered after: ends no pause
+		{sent: at(10.5), at: at(14.0)},
+		{sent: at(13.9), at: at(14.1)},
+		{sent: at(14.2), at: at(14.3)},
+	}
+	sends := []chaosSend{
+		{WAMID: "w1", At: at(10.1)},
+		{WAMID: "", At: at(12)}, // refused: not a delivery
+		{WAMID: "w2", At: at(16.1)},
+	}
+	rec := measureFailover(f, acks, sends)
+	// The longest stretch without a 2xx: 10.2 → 14.0 s.
+	if want := 3800 * time.Millisecond; rec.writePause != want {
+		t.Errorf("write pause %s, want %s", rec.writePause, want)
+	}
+	if want := 4 * time.Second; rec.firstAccept != want {
+		t.Errorf("first accept after %s, want %s", rec.firstAccept, want)
+	}
+	if want := 6 * time.Second; rec.sendPause != want {
+		t.Errorf("send pause %s, want %s", rec.sendPause, want)
+	}
+	if want := 100 * time.Millisecond; rec.firstSend != want {
+		t.Errorf("first send after %s, want %s", rec.firstSend, want)
+	}
+
+	l := newChaosLedger(nil)
+	l.acks = acks
+	for _, tc := range []struct {
+		name  string
+		fault haFault
+		sends []chaosSend
+		ok    bool
+	}{
+		{"recovered", f, sends, true},
+		{"not healthy again", haFault{kind: f.kind, at: f.at, err: "no leader"}, sends, false},
+		{"nothing sent after it", f, sends[:0], false},
+		{"sends stuck past the bound", f, []chaosSend{{WAMID: "w3", At: f.at.Add(haRecoverBound + time.Second)}}, false},
+	} {
+		rep := &Report{}
+		judgeFailovers(rep, chaosInput{ledger: l, sends: tc.sends, ha: true, failovers: []haFault{tc.fault}})
+		if got := rep.Failed() == 0; got != tc.ok {
+			t.Errorf("%s: check passed %v, want %v (%v)", tc.name, got, tc.ok, rep.checks)
+		}
+		if len(rep.notes) != 1 {
+			t.Errorf("%s: %d report lines, want 1", tc.name, len(rep.notes))
+		}
+	}
+}
