@@ -54,6 +54,8 @@ import (
 // Config.withDefaults.
 type Config struct {
 	// Duration is how long load is offered and faults injected. Default 3m.
+	// With HA the load goes on until the last fault is over (failovers run
+	// alone and may queue past Duration).
 	Duration time.Duration
 	// Seed drives every random choice: the fault schedule, the load and the
 	// provider's failures. Default: from the clock (printed, so a run can be
@@ -451,12 +453,34 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	faults := newFaultPlan(cfg)
 	faults.print(r.log)
 
-	loadCtx, stopLoad := context.WithTimeout(ctx, cfg.Duration)
+	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	// In-flight offers keep retrying after the load stops, until answered
-	// or this much later.
-	answerCtx, stopAnswering := context.WithTimeout(ctx, cfg.Duration+2*time.Minute)
+	// or 2 minutes later.
+	answerCtx, stopAnswering := context.WithCancel(ctx)
 	defer stopAnswering()
+	done := make(chan struct{}) // closed once every fault is over
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-time.After(cfg.Duration):
+		}
+		if cfg.HA {
+			// A failover queued behind other exclusive faults past the
+			// load's end is still met by the load: its recovery is
+			// measured on the clients' answers.
+			select {
+			case <-ctx.Done():
+			case <-done:
+			}
+		}
+		stopLoad()
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Minute):
+		}
+		stopAnswering()
+	}()
 
 	meta := newChaosMeta(r)
 	metaCtx, stopMeta := context.WithCancel(ctx)
@@ -466,7 +490,6 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		defer close(metaDone)
 		meta.runStatuses(metaCtx)
 	}()
-	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		r.runFaults(ctx, faults)
