@@ -80,6 +80,11 @@ func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 		return fmt.Errorf("open database pool: %w", err)
 	}
 	defer pool.Close()
+	// No primary reachable (a failover under way) is not a schema problem:
+	// say so, and exit for the supervisor to start us again.
+	if err := pool.Ping(ctx); err != nil {
+		return fmt.Errorf("connect to the database: %w", err)
+	}
 	if err := ordosql.CheckMigrated(ctx, pool); err != nil {
 		return fmt.Errorf("%w (run `ordo migrate up`)", err)
 	}
