@@ -32,16 +32,26 @@ type haRecovery struct {
 const haRecoveryTail = 10 * time.Second
 
 // measureFailover measures one failover fault from the clients' 2xx
-// answers and the provider's deliveries.
-func measureFailover(f haFault, acks []chaosAck, sends []chaosSend) haRecovery {
+// answers and the provider's deliveries; next is when the next failover
+// was injected (zero: none), where this one's window ends at the latest.
+func measureFailover(f haFault, next time.Time, acks []chaosAck, sends []chaosSend) haRecovery {
 	rec := haRecovery{fault: f}
 	end := f.at.Add(haRecoverBound + haRecoveryTail)
 	if f.healthy > 0 {
 		end = f.at.Add(f.healthy + haRecoveryTail)
 	}
-	var answered []time.Time
+	// Before the next failover, whose pause is its own: the window's end,
+	// and a last event there.
+	in := func(t time.Time) bool { return t.After(f.at) && (next.IsZero() || t.Before(next)) }
+	var answered, delivered []time.Time
+	if !next.IsZero() {
+		if next.Before(end) {
+			end = next
+		}
+		answered, delivered = []time.Time{next}, []time.Time{next}
+	}
 	for _, a := range acks {
-		if a.at.After(f.at) {
+		if in(a.at) {
 			answered = append(answered, a.at)
 		}
 		if a.sent.Before(f.at) {
@@ -52,7 +62,6 @@ func measureFailover(f haFault, acks []chaosAck, sends []chaosSend) haRecovery {
 		}
 	}
 	rec.writePause = longestPause(f.at, end, answered)
-	var delivered []time.Time
 	for _, s := range sends {
 		if s.WAMID == "" || !s.At.After(f.at) {
 			continue
@@ -60,7 +69,9 @@ func measureFailover(f haFault, acks []chaosAck, sends []chaosSend) haRecovery {
 		if !rec.sent || s.At.Sub(f.at) < rec.firstSend {
 			rec.firstSend, rec.sent = s.At.Sub(f.at), true
 		}
-		delivered = append(delivered, s.At)
+		if in(s.At) {
+			delivered = append(delivered, s.At)
+		}
 	}
 	rec.sendPause = longestPause(f.at, end, delivered)
 	return rec
@@ -89,8 +100,13 @@ func longestPause(from, end time.Time, events []time.Time) time.Duration {
 // within haRecoverBound; the recovery of each is a line of the report.
 func judgeFailovers(rep *Report, in chaosInput) {
 	var bad []string
-	for _, f := range in.failovers {
-		rec := measureFailover(f, in.ledger.acks, in.sends)
+	failovers := slices.SortedFunc(slices.Values(in.failovers), func(a, b haFault) int { return a.at.Compare(b.at) })
+	for i, f := range failovers {
+		var next time.Time
+		if i+1 < len(failovers) {
+			next = failovers[i+1].at
+		}
+		rec := measureFailover(f, next, in.ledger.acks, in.sends)
 		line := fmt.Sprintf("%s: %s; primary %s → %s; ", f.kind, f.what, f.from, f.to)
 		if f.healthy > 0 {
 			line += fmt.Sprintf("cluster healthy after %.1fs; ", f.healthy.Seconds())

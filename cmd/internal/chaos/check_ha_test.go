@@ -25,7 +25,7 @@ func TestMeasureFailover(t *testing.T) {
 		{WAMID: "", At: at(12)}, // refused: not a delivery
 		{WAMID: "w2", At: at(16.1)},
 	}
-	rec := measureFailover(f, acks, sends)
+	rec := measureFailover(f, time.Time{}, acks, sends)
 	// The longest stretch without a 2xx: 10.2 → 14.0 s.
 	if want := 3800 * time.Millisecond; rec.writePause != want {
 		t.Errorf("write pause %s, want %s", rec.writePause, want)
@@ -38,6 +38,16 @@ func TestMeasureFailover(t *testing.T) {
 	}
 	if want := 100 * time.Millisecond; rec.firstSend != want {
 		t.Errorf("first send after %s, want %s", rec.firstSend, want)
+	}
+
+	// The next failover, at 14.05 s, ends this one's window: its pauses
+	// are its own.
+	rec = measureFailover(f, at(14.05), acks, sends)
+	if want := 3800 * time.Millisecond; rec.writePause != want {
+		t.Errorf("write pause before the next failover %s, want %s", rec.writePause, want)
+	}
+	if want := 3950 * time.Millisecond; rec.sendPause != want {
+		t.Errorf("send pause before the next failover %s, want %s", rec.sendPause, want)
 	}
 
 	l := newChaosLedger(nil)
