@@ -137,8 +137,11 @@ var benignPostgresErrors = []string{
 // haBenignPostgresErrors are, in an HA run (--ha), errors of the HA
 // manager's own making: right after a promotion a standby (the old primary
 // rejoining) asks the new primary for its replication slot before the new
-// primary's Patroni created it, and its walreceiver tries again.
-var haBenignPostgresErrors = []string{`replication slot "node`}
+// primary's Patroni created it, and its walreceiver tries again; and
+// Patroni, naming the synchronous standbys on a node whose promotion is not
+// yet complete, runs its `SELECT txid_current()` (to make WAL traffic)
+// there (patroni/postgresql/sync.py).
+var haBenignPostgresErrors = []string{`replication slot "node`, "cannot execute pg_current_xact_id() during recovery"}
 
 // postgresErrors lists the errors in Postgres's log that no good run has: a
 // deadlock above all, which Postgres breaks by failing one side.
