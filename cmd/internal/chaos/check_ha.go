@@ -126,3 +126,44 @@ func judgeFailovers(rep *Report, in chaosInput) {
 	rep.add("ordo accepts and sends again after each failover", len(bad) == 0 && len(in.failovers) > 0,
 		fmt.Sprintf("%d failover faults, %d not recovered from within %s", len(in.failovers), len(bad), haRecoverBound), bad...)
 }
+
+// haAmbiguousBefore is how long before a failover a send may have been
+// delivered and still not be recorded when the primary went: the send's
+// timeout (Config.SendTimeout, 1.5 s) and the round trip of its record.
+const haAmbiguousBefore = 3 * time.Second
+
+// failoverAmbiguous adds to faulted (returned as a new set) every text
+// delivered more than once whose first delivery came from haAmbiguousBefore
+// before a failover until the cluster was healthy again: its drain's
+// record of the send may have died with the primary, and the drain that
+// took over resent it as ambiguous (counted; the duplicate check holds it
+// to that). The deploy and resolve checks, which count no ambiguity, must
+// not blame their own window for it.
+func failoverAmbiguous(sends []chaosSend, failovers []haFault, faulted map[string]bool) map[string]bool {
+	out := make(map[string]bool, len(faulted))
+	for k := range faulted {
+		out[k] = true
+	}
+	first := make(map[string]time.Time)
+	n := make(map[string]int)
+	for _, s := range sends {
+		k := chaosSendKey(s.PhoneNumberID, s.To, s.Text)
+		if t, ok := first[k]; !ok || s.At.Before(t) {
+			first[k] = s.At
+		}
+		n[k]++
+	}
+	for k, at := range first {
+		if n[k] < 2 {
+			continue
+		}
+		for _, f := range failovers {
+			end := f.at.Add(max(f.healthy, haRecoverBound))
+			if at.After(f.at.Add(-haAmbiguousBefore)) && at.Before(end) {
+				out[k] = true
+				break
+			}
+		}
+	}
+	return out
+}

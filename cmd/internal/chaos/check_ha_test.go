@@ -73,3 +73,29 @@ func TestMeasureFailover(t *testing.T) {
 		}
 	}
 }
+
+// TestFailoverAmbiguous excuses from the windowed duplicate checks a text
+// first delivered just before a failover and delivered again, and nothing
+// else.
+func TestFailoverAmbiguous(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 26, 2, 0, 0, 0, time.UTC)
+	f := haFault{kind: faultHAPrimaryKill, at: t0.Add(10 * time.Second), healthy: 5 * time.Second}
+	sends := []chaosSend{
+		{PhoneNumberID: "P", To: "c", Text: "just before", At: t0.Add(9 * time.Second)},
+		{PhoneNumberID: "P", To: "c", Text: "just before", At: t0.Add(16 * time.Second)},
+		{PhoneNumberID: "P", To: "c", Text: "long before", At: t0.Add(2 * time.Second)},
+		{PhoneNumberID: "P", To: "c", Text: "long before", At: t0.Add(3 * time.Second)},
+		{PhoneNumberID: "P", To: "c", Text: "once", At: t0.Add(10 * time.Second)},
+	}
+	got := failoverAmbiguous(sends, []haFault{f}, map[string]bool{"provider's": true})
+	want := map[string]bool{"provider's": true, chaosSendKey("P", "c", "just before"): true}
+	if len(got) != len(want) {
+		t.Fatalf("excused %v, want %v", got, want)
+	}
+	for k := range want {
+		if !got[k] {
+			t.Errorf("%q not excused", k)
+		}
+	}
+}
