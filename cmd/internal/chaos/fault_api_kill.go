@@ -28,13 +28,25 @@ func (f *apiKill) Kind() string { return faultAPIKill }
 func (f *apiKill) Desc() string { return fmt.Sprintf("kill -9 the API for %s", f.s.pause) }
 func (f *apiKill) slot() slot   { return f.s }
 
-func (f *apiKill) Inject(_ context.Context, r *run) bool {
-	pid, ok := r.api.Kill()
-	if ok {
-		r.log.fault(faultAPIKill, "kill -9 api (pid %d); restart in %s", pid, f.s.pause)
+// Inject kills the API; if it is down (a kill planned beside this one
+// struck first while both waited for an exclusive fault, or it is being
+// restarted), it waits for the API to be back, up to apiKillWait.
+func (f *apiKill) Inject(ctx context.Context, r *run) bool {
+	for deadline := time.Now().Add(apiKillWait); ; {
+		if pid, ok := r.api.Kill(); ok {
+			r.log.fault(faultAPIKill, "kill -9 api (pid %d); restart in %s", pid, f.s.pause)
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			r.log.printf("api kill skipped: the API was not up for %s", apiKillWait)
+			return false
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	return ok
 }
+
+// apiKillWait bounds how long an API kill waits for the API to be up.
+const apiKillWait = 15 * time.Second
 
 func (f *apiKill) Recover(_ context.Context, r *run) {
 	if err := r.api.Start(); err != nil {
