@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ordo-dev/ordo/metrics"
+	"github.com/ordo-dev/ordo/jobs/metrics"
 )
 
 // Engine accepts messages and answers questions about them.

@@ -40,8 +40,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/ordo-dev/ordo/jobs/metrics"
 	"github.com/ordo-dev/ordo/jobs/whatsapp"
-	"github.com/ordo-dev/ordo/metrics"
 )
 
 // webhookTxAttempts bounds how often a webhook's transaction is retried when

@@ -12,7 +12,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ordo-dev/ordo/metrics"
+	"github.com/ordo-dev/ordo/jobs/metrics"
 	"github.com/ordo-dev/ordo/tenants"
 )
 

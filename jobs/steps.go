@@ -12,8 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ordo-dev/ordo/jobs/metrics"
 	"github.com/ordo-dev/ordo/jobs/whatsapp"
-	"github.com/ordo-dev/ordo/metrics"
 	"github.com/ordo-dev/ordo/tenants"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/ordo-dev/ordo/engine"
 	"github.com/ordo-dev/ordo/jobs"
 	"github.com/ordo-dev/ordo/jobs/jobstest"
-	"github.com/ordo-dev/ordo/metrics"
+	"github.com/ordo-dev/ordo/jobs/metrics"
 	"github.com/ordo-dev/ordo/web"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/ordo-dev/ordo/engine"
-	"github.com/ordo-dev/ordo/metrics"
+	"github.com/ordo-dev/ordo/jobs/metrics"
 	"github.com/ordo-dev/ordo/tenants"
 )
 

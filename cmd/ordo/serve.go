@@ -9,7 +9,7 @@ import (
 	"github.com/ordo-dev/ordo/cmd/internal/cli"
 	"github.com/ordo-dev/ordo/cmd/internal/server"
 	"github.com/ordo-dev/ordo/jobs"
-	"github.com/ordo-dev/ordo/metrics"
+	"github.com/ordo-dev/ordo/jobs/metrics"
 	"github.com/ordo-dev/ordo/web"
 )
 

@@ -20,7 +20,7 @@ import (
 
 	"github.com/ordo-dev/ordo/engine"
 	"github.com/ordo-dev/ordo/jobs"
-	"github.com/ordo-dev/ordo/metrics"
+	"github.com/ordo-dev/ordo/jobs/metrics"
 	ordosql "github.com/ordo-dev/ordo/sql"
 	"github.com/ordo-dev/ordo/tenants"
 	"github.com/ordo-dev/ordo/web"

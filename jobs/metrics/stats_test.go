@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/ordo-dev/ordo/metrics"
+	"github.com/ordo-dev/ordo/jobs/metrics"
 )
 
 // Past MaxTenants, the tenants with the smaller backlogs are summed under
