@@ -283,7 +283,7 @@ func (b *benchEnv) runNoisyAll(ctx context.Context, out io.Writer) ([]benchResul
 			continue
 		}
 		for _, rate := range b.cfg.noisyModes(sys) {
-			b.logf("noisy / %s: burst of %d tenant(s) next to %d quiet tenants, send rate %d …", sys, 1, b.cfg.quietTenants, rate)
+			b.logf("noisy / %s: one tenant's burst next to %d quiet tenants, send rate %d …", sys, b.cfg.quietTenants, rate)
 			if err := b.checkpoint(ctx); err != nil {
 				return results, err
 			}
