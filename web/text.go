@@ -11,80 +11,21 @@ import (
 	"unicode/utf8"
 
 	"github.com/ordo-dev/ordo/engine"
+	"github.com/ordo-dev/ordo/jobs/whatsapp"
 )
 
 // MaxIDLength is the longest message_id or conversation_id, in characters.
 const MaxIDLength = 256
 
-// checkText refuses a body that is not valid UTF-8 or that escapes a lone
-// UTF-16 surrogate (\ud800 without its pair, or a pair's second half alone).
+// checkText refuses a body that Postgres's jsonb cannot hold as it is and
+// that the decoder would repair in silence: invalid UTF-8, a \u0000 escape,
+// a lone UTF-16 surrogate escape (whatsapp.CheckText, which the drain uses
+// for handler replies too).
 func checkText(body []byte) error {
-	if !utf8.Valid(body) {
-		return engine.Errorf(engine.CodeInvalid, "body: not valid UTF-8")
-	}
-	if at := loneSurrogate(body); at >= 0 {
-		return engine.Errorf(engine.CodeInvalid, "body: a lone UTF-16 surrogate escape (\\u%s) at byte %d: text must be valid Unicode", body[at+2:at+6], at)
+	if err := whatsapp.CheckText(body); err != nil {
+		return engine.Errorf(engine.CodeInvalid, "body: %s", err)
 	}
 	return nil
-}
-
-// loneSurrogate returns the offset of the first \uXXXX escape in the JSON
-// text b that is a surrogate without its other half, or -1. A backslash is
-// only ever inside a string in valid JSON, and each escape is skipped whole,
-// so "\\ud800" (an escaped backslash, then text) is not mistaken for one.
-func loneSurrogate(b []byte) int {
-	for i := 0; i < len(b); i++ {
-		if b[i] != '\\' {
-			continue
-		}
-		if i+1 >= len(b) {
-			return -1
-		}
-		if b[i+1] != 'u' {
-			i++ // a two-byte escape: \" \\ \/ \b \f \n \r \t
-			continue
-		}
-		r, ok := hex4(b, i+2)
-		if !ok {
-			i++
-			continue
-		}
-		switch {
-		case 0xDC00 <= r && r <= 0xDFFF:
-			return i // a second half first
-		case 0xD800 <= r && r <= 0xDBFF:
-			if i+7 < len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
-				if lo, ok := hex4(b, i+8); ok && 0xDC00 <= lo && lo <= 0xDFFF {
-					i += 11
-					continue
-				}
-			}
-			return i
-		}
-		i += 5
-	}
-	return -1
-}
-
-// hex4 reads the four hex digits at b[at:].
-func hex4(b []byte, at int) (rune, bool) {
-	if at+4 > len(b) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[at : at+4] {
-		switch {
-		case '0' <= c && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case 'a' <= c && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case 'A' <= c && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	return r, true
 }
 
 // checkID enforces the contract's ids (message_id, conversation_id): 1 to

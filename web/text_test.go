@@ -46,8 +46,8 @@ func TestLoneSurrogate(t *testing.T) {
 		{`\`, false},
 	}
 	for _, c := range cases {
-		if got := loneSurrogate([]byte(c.json)) >= 0; got != c.lone {
-			t.Errorf("loneSurrogate(%s) = %v, want %v", c.json, got, c.lone)
+		if got := checkText([]byte(c.json)) != nil; got != c.lone {
+			t.Errorf("checkText(%s) refused = %v, want %v", c.json, got, c.lone)
 		}
 	}
 }
