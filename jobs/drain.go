@@ -61,9 +61,12 @@ func newDrainer(cfg Config, pool *pgxpool.Pool, ts *tenants.Store, vault *tenant
 		pool:    pool,
 		tenants: ts,
 		vault:   vault,
-		wa:      &whatsapp.Client{BaseURL: cfg.WhatsAppAPIURL, HTTP: &http.Client{Timeout: cfg.SendTimeout}},
+		wa:      &whatsapp.Client{BaseURL: cfg.WhatsAppAPIURL, HTTP: whatsapp.NewHTTPClient(cfg.SendTimeout, cfg.Workers)},
 		handlers: http.Client{
 			Timeout: cfg.HandlerTimeout,
+			// Many tenants' handlers are workflows of one n8n: keep a
+			// connection per worker to a host, as for sends.
+			Transport: whatsapp.NewHTTPClient(0, cfg.Workers).Transport,
 			// A 3xx is answered as it is (a permanent error naming it): the
 			// call is signed for its URL, and a redirect could take the
 			// body and its signature anywhere.

@@ -29,3 +29,7 @@ func SetReplyHooks(r *Runner, awaiting, beforeExpire func(stepID int64)) {
 	r.drainer.hooks.awaitingReplies = awaiting
 	r.drainer.hooks.beforeExpire = beforeExpire
 }
+
+// Claims returns how many claims r's runners made, and how many of them
+// found nothing to take.
+func Claims(r *Runner) (claims, empty int64) { return r.claims.Load(), r.claimsEmpty.Load() }

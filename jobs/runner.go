@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,6 +64,10 @@ type Runner struct {
 	cancel     context.CancelFunc
 	done       chan struct{}
 	topUp      chan struct{}
+	// claims counts this process's claims, claimsEmpty those that found
+	// nothing to take (tests read them: a measure of runners woken for
+	// nothing).
+	claims, claimsEmpty atomic.Int64
 }
 
 // NewRunner builds a Runner; Start starts it.
@@ -89,7 +94,7 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		pool:       pool,
 		queue:      "ordo-run-" + hex.EncodeToString(id[:]),
 		drainer:    newDrainer(cfg, pool, ts, vault, logger),
-		sched:      newScheduler(pool, cfg.FetchPollInterval, cfg.RefreshMin, logger),
+		sched:      newScheduler(pool, cfg.FetchPollInterval, cfg.RefreshMin, cfg.Workers, logger),
 		reconciler: &reconciler{pool: pool, interval: cfg.OrphanInterval, logger: logger},
 		pruner:     NewPruner(pool, cfg.PruneBatch, logger),
 		interval:   cfg.PruneInterval,
@@ -208,7 +213,7 @@ func (r *Runner) addRunners(ctx context.Context) error {
 // drain).
 func (r *Runner) Stop(ctx context.Context) error {
 	r.drainer.stopping.Store(true)
-	r.sched.kick()
+	r.sched.wakeAll()
 	if r.cancel != nil {
 		r.cancel()
 		<-r.done
@@ -276,17 +281,17 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 	}
 	defer func() { drop(true) }()
 	for !d.stopping.Load() && time.Now().Before(end) && ctx.Err() == nil {
-		t, ok, wake := r.sched.pick(ctx)
+		t, ok := r.sched.pick(ctx)
 		if !ok {
 			drop(true)
-			r.sched.wait(ctx, wake)
+			r.sched.wait(ctx)
 			continue
 		}
 		if conn == nil {
 			c, err := r.pool.Acquire(ctx)
 			if err != nil {
 				r.logger.WarnContext(ctx, "runner: acquire a connection", slog.String("error", err.Error()))
-				r.sched.wait(ctx, nil)
+				r.sched.pause(ctx)
 				continue
 			}
 			conn = c
@@ -303,24 +308,27 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 			drop(false)
 			if ctx.Err() == nil {
 				r.logger.WarnContext(ctx, "claim a conversation", slog.Int64("tenant_id", t.tenant), slog.String("error", err.Error()))
-				r.sched.wait(ctx, nil)
+				r.sched.pause(ctx)
 			}
 			continue
 		}
 		held = nil
+		r.claims.Add(1)
 		if s == nil {
+			r.claimsEmpty.Add(1)
 			r.sched.missed(t.tenant)
 			continue
 		}
+		r.sched.passOn(t.tenant, st.more)
 		held = s.slot
 		usable := r.drainClaimed(ctx, s, st, found, name)
 		if !usable {
 			held = nil
 			drop(false)
 		}
-		if held != nil {
-			r.sched.kick() // a slot of a capped tenant is about to free up
-		}
+		// A slot of a capped tenant is about to free up (the next claim
+		// releases it).
+		r.sched.released(t.tenant, held != nil)
 	}
 	return nil
 }
@@ -340,6 +348,7 @@ func (r *Runner) drainClaimed(ctx context.Context, s *session, st convState, fou
 		if perr := s.park(ctx, end.wait); perr != nil && !errors.Is(perr, ErrFenced) {
 			d.logger.WarnContext(ctx, "park conversation", slog.Int64("conversation", s.conv), slog.String("error", perr.Error()))
 		}
+		r.sched.dueIn(end.wait)
 	case err != nil && !s.broken:
 		// An infrastructure error on a connection that still works: try
 		// again after a pause rather than after the lease.

@@ -212,3 +212,32 @@ func TestWaitingForASendSlotHoldsNoWorker(t *testing.T) {
 		t.Fatalf("sends in order %q; want the other tenant's message while the paced one waits for its slot", order)
 	}
 }
+
+// An idle process does not wake every runner for each accepted message:
+// one wakes, claims, and passes the wake-up on to one more; the others
+// sleep. Before, every ordo_ready notification woke all the runners, and
+// they raced for the message's one conversation (`make bench` latency:
+// 7.7 transactions per message, most of them claims that found nothing).
+func TestIdleRunnersAreNotAllWokenForOneMessage(t *testing.T) {
+	t.Parallel()
+	const workers, messages = 8, 20
+	// Polls far apart: every wake-up below comes from a notification.
+	b := jobstest.Setup(t, jobstest.Options{Config: jobs.Config{Workers: workers, FetchPollInterval: time.Minute}})
+	for i := range messages {
+		conv := fmt.Sprintf("idle-%02d", i)
+		b.Ingest(conv, conv+"-1", "hello "+conv)
+		b.WaitFor("the message's send", 10*time.Second, func() bool {
+			_, ok := sendsBefore(b.WhatsApp.Sends(), "", conv)
+			return ok
+		})
+	}
+	claims, empty := jobs.Claims(b.Runner)
+	// One claim per message takes it; the one it wakes may find nothing.
+	if claims > 2*messages+workers {
+		t.Fatalf("%d claims (%d found nothing) for %d messages sent one at a time with %d idle runners; want at most %d",
+			claims, empty, messages, workers, 2*messages+workers)
+	}
+	if got := claims - empty; got < messages {
+		t.Fatalf("%d claims took a conversation for %d messages", got, messages)
+	}
+}

@@ -126,7 +126,7 @@ const unlockQuery = `SELECT pg_advisory_unlock($1::int, ($2 % 2147483647)::int),
 // drain first; openQuery and firstQuery follow in the same round trip and
 // transaction. The claimed conversation reaches them through the
 // transaction-local setting ordo.claimed.
-const claimQuery = `SELECT conv, slot FROM ordo.claim_conversation($1, $2, $3, $4, $5, $6)`
+const claimQuery = `SELECT conv, slot, more FROM ordo.claim_conversation($1, $2, $3, $4, $5, $6)`
 
 // openQuery takes the claimed conversation over — bumps the fence under FOR
 // UPDATE, marks its ready row running and due again after the lease (a drain
@@ -203,7 +203,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t turn, lease int64, 
 	b.Queue(claimQuery, lockNamespace, t.tenant, t.cap, lease, relTenant, relSlot).Query(func(rows pgx.Rows) error {
 		defer rows.Close()
 		for rows.Next() {
-			if err := rows.Scan(&conv, &slot); err != nil {
+			if err := rows.Scan(&conv, &slot, &st.more); err != nil {
 				return err
 			}
 		}
@@ -291,6 +291,9 @@ type convState struct {
 	conversationID string
 	tenant         tenants.Tenant
 	credentialAt   *time.Time // the WhatsApp credential's updated_at; nil: none
+	// more: another of the tenant's conversations was due behind this one
+	// at the claim.
+	more bool
 	// The message after the head, read with the takeover (nextErr
 	// pgx.ErrNoRows: none).
 	next      message

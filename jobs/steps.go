@@ -177,7 +177,7 @@ const startStepQuery = `SELECT verdict, wait, step_id, attempts FROM ordo.start_
 // finishStepQuery records a step done and, after a message's last step,
 // finishes the message, moves the head and — when that caught the
 // conversation up — ends the drain and releases the lock with the commit.
-const finishStepQuery = `SELECT finished, unlocked FROM ordo.finish_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+const finishStepQuery = `SELECT finished, unlocked, since_accepted FROM ordo.finish_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 
 const markUnknown = `
 UPDATE ordo.steps SET status = 'unknown', ambiguous_count = ambiguous_count + 1, errors = errors || $2::jsonb
@@ -356,11 +356,11 @@ func (r *run) finish(ctx context.Context, m message, st *step, providerID *strin
 		next               *nextMessage
 		b                  = &pgx.Batch{}
 	)
+	var sinceAccepted *time.Duration // set by a last finish
 	b.Queue(finishStepQuery, r.s.conv, r.s.fence, lockNamespace, st.id, providerID, m.pk, m.seq, last, replies, gap).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&finished, &unlocked)
+		return row.Scan(&finished, &unlocked, &sinceAccepted)
 	})
-	var sinceAccepted *time.Duration
-	if st.kind == "send" && r.d.cfg.Metrics != nil {
+	if st.kind == "send" && !last && r.d.cfg.Metrics != nil {
 		// In the same round trip: a primary-key read.
 		b.Queue(sinceAcceptedQuery, m.pk).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&sinceAccepted)
@@ -389,7 +389,7 @@ func (r *run) finish(ctx context.Context, m message, st *step, providerID *strin
 	r.s.unlocked = unlocked
 	st.status = "done"
 	r.d.cfg.Metrics.Step(st.kind, metrics.StepDone)
-	if sinceAccepted != nil {
+	if sinceAccepted != nil && st.kind == "send" {
 		r.d.cfg.Metrics.AcceptToSend(*sinceAccepted)
 	}
 	return outcome{kind: outcomeDone, finished: finished, next: next}, nil

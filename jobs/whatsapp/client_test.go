@@ -414,3 +414,51 @@ func TestSendLimitsResponseBody(t *testing.T) {
 		t.Errorf("error text is %d bytes: the answer was not bounded", len(err.Error()))
 	}
 }
+
+// Concurrent sends reuse their connections: every tenant's sends go to one
+// host, and with net/http's default of two idle connections per host, 8
+// workers sending at once opened a new connection (for Meta, a TLS
+// handshake) for most sends.
+func TestConcurrentSendsReuseConnections(t *testing.T) {
+	t.Parallel()
+	const workers, rounds = 8, 25
+	var opened sync.Map
+	var mu sync.Mutex
+	conns := 0
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(time.Millisecond) // the sends overlap
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"messages":[{"id":"wamid.x"}]}`)
+	}))
+	srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			if _, seen := opened.LoadOrStore(c, true); !seen {
+				mu.Lock()
+				conns++
+				mu.Unlock()
+			}
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	client := &Client{BaseURL: srv.URL + "/v23.0", HTTP: NewHTTPClient(5*time.Second, workers)}
+	cred := Credential{PhoneNumberID: "106540352242922", AccessToken: testToken}
+	msg := json.RawMessage(`{"to":"16505551234","type":"text","text":{"body":"hi"}}`)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range rounds {
+				if _, err := client.Send(context.Background(), cred, msg, fmt.Sprintf("step-%d-%d", w, i)); err != nil {
+					t.Errorf("send: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if conns > workers {
+		t.Fatalf("%d sends by %d workers opened %d connections; want at most %d", workers*rounds, workers, conns, workers)
+	}
+}

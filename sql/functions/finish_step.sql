@@ -8,10 +8,12 @@
 -- row and adds one — and the lock p_lock
 -- (the advisory lock's first key) is released with this transaction
 -- (unlocked). p_pair_gap, when set, starts the user's pair gap now.
+-- since_accepted (p_last only) is how long ago the message was accepted,
+-- for the accept-to-send metric, read by the write that finishes it.
 CREATE OR REPLACE FUNCTION ordo.finish_step(
     p_conv bigint, p_fence bigint, p_lock int, p_step bigint, p_provider_id text,
     p_message bigint, p_seq bigint, p_last boolean, p_replies jsonb, p_pair_gap interval,
-    OUT finished boolean, OUT unlocked boolean)
+    OUT finished boolean, OUT unlocked boolean, OUT since_accepted interval)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_undelivered boolean;
@@ -52,7 +54,8 @@ BEGIN
         -- dead when one of its sends was reported undelivered.
         UPDATE ordo.messages m SET finished_at = now(), status = CASE WHEN EXISTS (
             SELECT 1 FROM ordo.steps s WHERE s.message_pk = p_message AND s.status = 'failed') THEN 'dead' ELSE 'done' END
-        WHERE m.id = p_message;
+        WHERE m.id = p_message
+        RETURNING clock_timestamp() - m.created_at INTO since_accepted;
         IF finished THEN
             -- Out of the ready set, under the conversation row's lock that
             -- ingest takes before it adds the row again.

@@ -7,8 +7,13 @@
 -- takes the conversation's reserved slot or reserves the number's next one
 -- with a single atomic upsert. Conversation writes carry the drain's fence.
 -- Times are the database's clock; the caller only ever sees durations.
--- The caller holds the conversation row (ordo.check_fence) before this locks
--- the number's send_pacing row (sql/LOCKING.md).
+--
+-- It checks the fence itself (SQLSTATE ORF01 when p_fence is stale) and
+-- locks the conversation row (FOR NO KEY UPDATE, as ordo.check_fence) in the
+-- one statement that reads the tenant's pacing settings, the conversation's
+-- slot and pair gap and the number's pacing row, before it locks the
+-- number's send_pacing row (sql/LOCKING.md): one read where there were four
+-- (issue 11: a quiet message pays this once per send).
 CREATE OR REPLACE FUNCTION ordo.reserve_send(
     p_tenant bigint, p_conv bigint, p_fence bigint, p_phone text, p_horizon interval,
     OUT verdict text, OUT wait interval)
@@ -22,11 +27,22 @@ DECLARE
     v_pair   timestamptz;
     v_until  timestamptz;
     v_slot   timestamptz;
+    v_next   timestamptz;
+    v_found  boolean;
     v_space  interval;
 BEGIN
-    SELECT t.send_rate, t.pair_gap_ms, t.sending_paused_at INTO v_rate, v_gap, v_paused
-    FROM ordo.tenants t WHERE t.id = p_tenant;
-    IF NOT FOUND OR v_paused IS NOT NULL THEN
+    SELECT t.id IS NOT NULL, t.send_rate, t.pair_gap_ms, t.sending_paused_at,
+           c.send_slot_at, c.pair_ready_at, p.throttled_until, p.next_slot
+    INTO v_found, v_rate, v_gap, v_paused, v_ticket, v_pair, v_until, v_next
+    FROM ordo.conversations c
+    LEFT JOIN ordo.tenants t ON t.id = p_tenant
+    LEFT JOIN ordo.send_pacing p ON p.phone_number_id = p_phone
+    WHERE c.id = p_conv AND c.fence = p_fence
+    FOR NO KEY UPDATE OF c;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'stale fencing token % for conversation %', p_fence, p_conv USING ERRCODE = 'ORF01';
+    END IF;
+    IF NOT v_found OR v_paused IS NOT NULL THEN
         -- Marked for ordo.resume_sending, which wakes only such drains; a
         -- slot reserved before the pause is given up, or every conversation
         -- would send at once on resume (a burst above send_rate).
@@ -35,14 +51,9 @@ BEGIN
         verdict := 'paused';
         RETURN;
     END IF;
-    SELECT c.send_slot_at, c.pair_ready_at INTO v_ticket, v_pair
-    FROM ordo.conversations c WHERE c.id = p_conv;
 
-    IF v_ticket IS NOT NULL THEN
-        SELECT p.throttled_until INTO v_until FROM ordo.send_pacing p WHERE p.phone_number_id = p_phone;
-        IF v_until IS NULL OR v_ticket >= v_until THEN
-            v_slot := v_ticket;
-        END IF;
+    IF v_ticket IS NOT NULL AND (v_until IS NULL OR v_ticket >= v_until) THEN
+        v_slot := v_ticket;
     END IF;
     IF v_slot IS NULL THEN
         IF v_gap > 0 AND v_pair > v_now THEN
@@ -52,8 +63,7 @@ BEGIN
         END IF;
         IF v_rate = 0 THEN
             -- Unpaced, but a throttled number still waits.
-            SELECT greatest(p.next_slot, v_now) INTO v_slot FROM ordo.send_pacing p WHERE p.phone_number_id = p_phone;
-            v_slot := coalesce(v_slot, v_now);
+            v_slot := greatest(v_next, v_now);
         ELSE
             v_space := make_interval(secs => 1.0 / v_rate);
             INSERT INTO ordo.send_pacing AS p (phone_number_id, next_slot) VALUES (p_phone, v_now + v_space)

@@ -12,9 +12,11 @@ BEGIN
     -- The conversation row first (sql/LOCKING.md), held to commit: a
     -- takeover (FOR UPDATE) waits for this attempt and then sees it, and
     -- reserve_send's write of the slot needs no upgrade after it locked the
-    -- number's send_pacing row.
-    PERFORM ordo.check_fence(p_conv, p_fence);
-    IF p_phone IS NOT NULL THEN
+    -- number's send_pacing row. For a send, ordo.reserve_send takes it (and
+    -- checks the fence) in the statement that reads the pacing state.
+    IF p_phone IS NULL THEN
+        PERFORM ordo.check_fence(p_conv, p_fence);
+    ELSE
         -- Horizon 0: a slot in the future is kept on the conversation
         -- (send_slot_at) and handed back by the next call, so waiting for
         -- it never costs the number a second slot.

@@ -121,7 +121,7 @@ func runBaseline(ctx context.Context, env *cli.Env, cfg baselineConfig) error {
 	defer pool.Close()
 
 	worker := &sendWorker{
-		wa:     &whatsapp.Client{BaseURL: env.WhatsAppAPIURL, HTTP: &http.Client{Timeout: 10 * time.Second}},
+		wa:     &whatsapp.Client{BaseURL: env.WhatsAppAPIURL, HTTP: whatsapp.NewHTTPClient(10*time.Second, cfg.workers)},
 		creds:  creds,
 		ttl:    cfg.redisTTL,
 		snooze: cfg.snooze,

@@ -381,15 +381,15 @@ func peakRSSMB(pid int) float64 {
 func (b *benchEnv) statementsTop(ctx context.Context, database, url, file string) error {
 	rows, err := b.admin.Query(ctx, `
 SELECT calls, round(total_exec_time::numeric, 1), round(mean_exec_time::numeric, 3), rows,
-       regexp_replace(query, '\s+', ' ', 'g')
+       CASE WHEN toplevel THEN '' ELSE '  ' END || regexp_replace(query, '\s+', ' ', 'g')
 FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
-WHERE d.datname = $1 ORDER BY total_exec_time DESC LIMIT 30`, database)
+WHERE d.datname = $1 ORDER BY toplevel DESC, total_exec_time DESC LIMIT 60`, database)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%10s %12s %10s %10s  %s\n", "calls", "total_ms", "mean_ms", "rows", "query")
+	fmt.Fprintf(&sb, "%10s %12s %10s %10s  %s\n", "calls", "total_ms", "mean_ms", "rows", "query (top-level first; nested ones indented)")
 	for rows.Next() {
 		var (
 			calls, n    int64
@@ -544,27 +544,29 @@ func tableStats(ctx context.Context, url string, sb *strings.Builder) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	rows, err := conn.Query(ctx, `
-SELECT schemaname || '.' || relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, seq_scan, idx_scan
+SELECT schemaname || '.' || relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, seq_scan, idx_scan,
+       autovacuum_count, autoanalyze_count
 FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd + n_tup_del > 0 ORDER BY n_tup_upd + n_tup_ins DESC`)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
-	fmt.Fprintf(sb, "\n%-28s %10s %10s %10s %10s %10s %10s\n", "table", "inserts", "updates", "hot", "deletes", "seq_scans", "idx_scans")
+	fmt.Fprintf(sb, "\n%-28s %10s %10s %10s %10s %10s %10s %10s %10s\n", "table", "inserts", "updates", "hot", "deletes", "seq_scans", "idx_scans", "autovac", "autoanlz")
 	for rows.Next() {
 		var (
 			name                   string
 			ins, upd, hot, del, ss int64
 			is                     *int64
+			vac, anl               int64
 		)
-		if err := rows.Scan(&name, &ins, &upd, &hot, &del, &ss, &is); err != nil {
+		if err := rows.Scan(&name, &ins, &upd, &hot, &del, &ss, &is, &vac, &anl); err != nil {
 			return err
 		}
 		var idx int64
 		if is != nil {
 			idx = *is
 		}
-		fmt.Fprintf(sb, "%-28s %10d %10d %10d %10d %10d %10d\n", name, ins, upd, hot, del, ss, idx)
+		fmt.Fprintf(sb, "%-28s %10d %10d %10d %10d %10d %10d %10d %10d\n", name, ins, upd, hot, del, ss, idx, vac, anl)
 	}
 	return rows.Err()
 }
