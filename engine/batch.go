@@ -60,6 +60,10 @@ const LockTimeout = time.Second
 // transaction it runs in.
 const lockTimeoutQuery = `SELECT set_config('lock_timeout', $1, true)`
 
+// checkKeyQuery refuses a revoked API key (NewMessage.KeyHash) in the
+// transaction that would store its message.
+const checkKeyQuery = `SELECT ordo.check_api_key($1)`
+
 // lockTimeoutSetting is LockTimeout as lockTimeoutQuery's argument.
 var lockTimeoutSetting = strconv.FormatInt(LockTimeout.Milliseconds(), 10) + "ms"
 
@@ -259,7 +263,7 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 	if errors.As(err, &pgErr) {
 		attrs = append(attrs, "sqlstate", pgErr.Code)
 	}
-	if code := ErrorCode(translate(err, "")); code == CodeInvalid || code == CodeNotFound || code == CodeReused {
+	if code := ErrorCode(translate(err, "")); code == CodeInvalid || code == CodeNotFound || code == CodeReused || code == CodeUnauthorized {
 		level = slog.LevelDebug // a client's bad input, not a fault
 	}
 	e.logger.Log(ctx, level, "ingest batch failed; running its messages one by one", attrs...)
@@ -335,6 +339,9 @@ func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]inges
 		if c.msg.Direction != "" {
 			dir = &c.msg.Direction
 		}
+		if c.msg.KeyHash != nil {
+			batch.Queue(checkKeyQuery, c.msg.KeyHash)
+		}
 		batch.Queue(enqueueQuery, c.msg.Tenant, c.msg.ConversationID, c.msg.MessageID, dir, c.msg.Payload, c.msg.onReuse())
 	}
 	br := e.pool.SendBatch(ctx, batch)
@@ -347,6 +354,12 @@ func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]inges
 	var dups []int
 	for i, c := range calls {
 		a := Accepted{MessageID: c.msg.MessageID, ConversationID: c.msg.ConversationID, Status: "queued"}
+		if c.msg.KeyHash != nil {
+			if _, err := br.Exec(); err != nil {
+				_ = br.Close()
+				return nil, err
+			}
+		}
 		if err := br.QueryRow().Scan(&ids[i], &a.Seq, &a.Duplicate); err != nil {
 			_ = br.Close()
 			return nil, err

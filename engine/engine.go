@@ -66,6 +66,12 @@ type NewMessage struct {
 	// duplicate instead of CodeReused (Meta's webhook redeliveries, which
 	// must never be refused).
 	ReuseIsDuplicate bool
+	// KeyHash is the SHA-256 of the API key the message came with when the
+	// request did not look the key up itself (web: a key that authenticated
+	// moments ago): the transaction that stores the message checks it
+	// first (ordo.check_api_key), and a revoked key is CodeUnauthorized
+	// with nothing stored. Nil: nothing to check.
+	KeyHash []byte
 }
 
 // onReuse is m's on_reuse argument of ordo.enqueue_message.
@@ -119,6 +125,11 @@ func (e *Engine) IngestTx(ctx context.Context, q Querier, m NewMessage) (Accepte
 		id int64
 		a  = Accepted{MessageID: m.MessageID, ConversationID: m.ConversationID, Status: "queued"}
 	)
+	if m.KeyHash != nil {
+		if _, err := q.Exec(ctx, checkKeyQuery, m.KeyHash); err != nil {
+			return Accepted{}, translate(err, "check API key")
+		}
+	}
 	err := q.QueryRow(ctx, enqueueQuery, m.Tenant, m.ConversationID, m.MessageID, dir, m.Payload, m.onReuse()).Scan(&id, &a.Seq, &a.Duplicate)
 	if err != nil {
 		return Accepted{}, translate(err, "enqueue message")
@@ -145,6 +156,8 @@ func translate(err error, doing string) error {
 		return &Error{Code: CodeInvalid, Message: "text must not contain NUL (\\u0000) characters", Err: err}
 	case errors.As(err, &pgErr) && pgErr.Code == ordosql.SQLStateMessageIDReused:
 		return &Error{Code: CodeReused, Message: pgErr.Message, Err: err}
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InvalidAuthorizationSpecification:
+		return &Error{Code: CodeUnauthorized, Message: "missing, unknown or revoked API key", Err: err}
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable:
 		return &Error{Code: CodeUnavailable, Message: errLocked.Message, Err: err}
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.NoDataFound:

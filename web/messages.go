@@ -89,8 +89,12 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	m.KeyHash = keyToCheck(r)
 	a, err := s.engine.Ingest(r.Context(), m)
 	if err != nil {
+		if engine.ErrorCode(err) == engine.CodeUnauthorized {
+			s.recent.forget(m.KeyHash)
+		}
 		s.writeError(w, r, err)
 		return
 	}

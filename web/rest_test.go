@@ -858,3 +858,52 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 	check("migrated again", "/readyz", 200, "ready")
 }
+
+// POST /v1/messages does not look up a key that authenticated moments ago
+// (Config.KeyReuse); the transaction that would store the message checks
+// it instead. A key revoked in between is refused there — 401 with
+// WWW-Authenticate, nothing stored — and the messages of valid keys
+// committed in the same group commit are not held up by it.
+func TestRevokedKeyIsRefusedByTheIngestTransaction(t *testing.T) {
+	t.Parallel()
+	e := start(t, options{})
+	ctx := context.Background()
+	key, prefix, err := e.Tenants.CreateAPIKey(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustStatus(t, "a first message (the key is looked up)", e.post(t, key, "/v1/messages", outbound("rk-1", "rk-c1", "one")), http.StatusAccepted)
+	if err := e.Tenants.RevokeAPIKey(ctx, prefix); err != nil {
+		t.Fatal(err)
+	}
+	// The revoked key's messages race valid ones into the same batches.
+	var wg sync.WaitGroup
+	answers := make([]answer, 16)
+	for i := range answers {
+		wg.Go(func() {
+			k := e.APIKey
+			if i%2 == 0 {
+				k = key
+			}
+			answers[i] = e.post(t, k, "/v1/messages", outbound(fmt.Sprintf("rk-batch-%02d", i), fmt.Sprintf("rk-c%02d", i), "x"))
+		})
+	}
+	wg.Wait()
+	for i, a := range answers {
+		if i%2 == 0 {
+			mustError(t, fmt.Sprintf("revoked key, message %d", i), a, http.StatusUnauthorized, "unauthorized")
+			if got := a.header.Get("WWW-Authenticate"); got == "" {
+				t.Errorf("message %d: 401 without WWW-Authenticate", i)
+			}
+		} else {
+			mustStatus(t, fmt.Sprintf("valid key, message %d", i), a, http.StatusAccepted)
+		}
+	}
+	mustError(t, "revoked key, looked up again", e.post(t, key, "/v1/messages", outbound("rk-2", "rk-c1", "two")), http.StatusUnauthorized, "unauthorized")
+	if n := e.Count(`SELECT count(*) FROM ordo.messages WHERE message_id = 'rk-2' OR message_id IN ('rk-batch-00','rk-batch-02','rk-batch-04','rk-batch-06','rk-batch-08','rk-batch-10','rk-batch-12','rk-batch-14')`); n != 0 {
+		t.Errorf("%d messages of a revoked key stored", n)
+	}
+	if n := e.Count(`SELECT count(*) FROM ordo.messages WHERE message_id LIKE 'rk-batch-%'`); n != 8 {
+		t.Errorf("%d messages of the valid key stored, want 8", n)
+	}
+}

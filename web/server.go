@@ -25,6 +25,7 @@ const (
 	MaxBodyBytesDefault             = 1 << 20
 	MaxWebhookBytesDefault          = 1 << 20
 	MaxUnauthenticatedBodiesDefault = 32
+	KeyReuseDefault                 = 10 * time.Second
 	UnauthenticatedBodyWaitDefault  = time.Second
 	WebhookReadTimeoutDefault       = 10 * time.Second
 	ReadHeaderTimeoutDefault        = 10 * time.Second
@@ -58,6 +59,13 @@ type Config struct {
 	// MaxWebhookBytes of memory for strangers. Default
 	// MaxUnauthenticatedBodiesDefault (32).
 	MaxUnauthenticatedBodies int
+	// KeyReuse is how long POST /v1/messages trusts an API key that
+	// authenticated, before the body is read, without looking it up again:
+	// the transaction that stores the message checks the key, so a revoked
+	// key is still refused (401, nothing stored). Other endpoints look the
+	// key up on every request. Default KeyReuseDefault (10s); negative:
+	// look it up on every request.
+	KeyReuse time.Duration
 	// UnauthenticatedBodyWait is how long a webhook waits for one of those
 	// slots before it is answered 503 with Retry-After. Default
 	// UnauthenticatedBodyWaitDefault (1s).
@@ -123,6 +131,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxWebhookBytes = cmp.Or(c.MaxWebhookBytes, MaxWebhookBytesDefault)
 	c.MaxUnauthenticatedBodies = cmp.Or(c.MaxUnauthenticatedBodies, MaxUnauthenticatedBodiesDefault)
 	c.UnauthenticatedBodyWait = cmp.Or(c.UnauthenticatedBodyWait, UnauthenticatedBodyWaitDefault)
+	c.KeyReuse = cmp.Or(c.KeyReuse, KeyReuseDefault)
 	c.WebhookReadTimeout = cmp.Or(c.WebhookReadTimeout, WebhookReadTimeoutDefault)
 	c.ReadHeaderTimeout = cmp.Or(c.ReadHeaderTimeout, ReadHeaderTimeoutDefault)
 	c.ReadTimeout = cmp.Or(c.ReadTimeout, ReadTimeoutDefault)
@@ -156,6 +165,7 @@ type Server struct {
 	logger   *slog.Logger
 	throttle *authThrottle // failed authentications (throttle.go)
 	good     goodKeys      // API keys that authenticated recently (throttle.go)
+	recent   recentKeys    // their tenants, reused by message ingest for KeyReuse
 	// unsigned counts webhook posts without a valid signature per client
 	// address, signers holds the addresses that sent a valid one recently
 	// (throttle.go).
@@ -175,6 +185,7 @@ func New(cfg Config, eng *engine.Engine, ts *tenants.Store, vault *tenants.Vault
 		throttle: newAuthThrottle(cfg.AuthFailureLimit, cfg.AuthFailureWindow, cfg.AuthThrottleEntries),
 		unsigned: newAuthThrottle(cfg.WebhookFailureLimit, cfg.WebhookFailureWindow, cfg.AuthThrottleEntries),
 		bodies:   make(chan struct{}, cfg.MaxUnauthenticatedBodies),
+		recent:   recentKeys{ttl: cfg.KeyReuse},
 	}
 	s.channels = newChannelCache(cfg.ChannelCacheTTL, cfg.ChannelCacheEntries, s.loadChannel)
 	return s
@@ -213,7 +224,7 @@ func (s *Server) Handler() http.Handler {
 		r.Handle("/v1"+path, s.authenticate(h)).Methods(method)
 	}
 	r.HandleFunc("/v1/openapi.json", s.openAPI).Methods(http.MethodGet) // the contract: no key needed
-	api(http.MethodPost, "/messages", s.postMessage)
+	r.Handle("/v1/messages", s.authenticateIngest(http.HandlerFunc(s.postMessage))).Methods(http.MethodPost)
 	api(http.MethodGet, "/messages/{message_id}", s.getMessage)
 	api(http.MethodPost, "/messages/{message_id}/replies", s.postReplies)
 	api(http.MethodGet, "/conversations/{conversation_id}", s.getConversation)
