@@ -38,7 +38,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler { return s.authent
 // (engine.NewMessage.KeyHash): a key revoked since is refused with 401 and
 // nothing is stored, at one database round trip per message fewer (issue
 // 11, `make bench` spread).
-func (s *Server) authenticateIngest(next http.Handler) http.Handler { return s.authenticateKey(next, true) }
+func (s *Server) authenticateIngest(next http.Handler) http.Handler {
+	return s.authenticateKey(next, true)
+}
 
 func (s *Server) authenticateKey(next http.Handler, reuse bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
