@@ -33,3 +33,12 @@ func SetReplyHooks(r *Runner, awaiting, beforeExpire func(stepID int64)) {
 // Claims returns how many claims r's runners made, and how many of them
 // found nothing to take.
 func Claims(r *Runner) (claims, empty int64) { return r.claims.Load(), r.claimsEmpty.Load() }
+
+// TenantWaiting reports whether r's scheduler knows tenant has a
+// conversation that became due and has not had a worker since.
+func TenantWaiting(r *Runner, tenant int64) bool {
+	s := r.sched
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dueAt[tenant].After(s.pickedAt[tenant])
+}

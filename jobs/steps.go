@@ -56,9 +56,11 @@ type run struct {
 	credentialAt   *time.Time // the credential row's updated_at, read on takeover
 	secret         []byte
 	auth           *tenants.HandlerAuth // the tenant's handler auth; nil: none
-	// prefetch: the current message's last write reads the next message
-	// (the run goes on to it); prefetched: the message in hand was read so.
-	prefetch, prefetched bool
+	// goOn says, when the current message's last write is built, whether
+	// the run goes on to the next message: that write then reads (and may
+	// start) it. prefetched: the message in hand was read so.
+	goOn       func() bool
+	prefetched bool
 }
 
 // step is a step row as a drain needs it. id is 0 until the step exists.
@@ -366,7 +368,7 @@ func (r *run) finish(ctx context.Context, m message, st *step, providerID *strin
 			return row.Scan(&sinceAccepted)
 		})
 	}
-	if last && r.prefetch {
+	if last && r.goOn != nil && r.goOn() {
 		// Same transaction, after the finish: nothing when the finish
 		// caught the conversation up (and released it).
 		var phone *string
