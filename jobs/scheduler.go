@@ -42,7 +42,8 @@ import (
 //     one waiting runner, not all of them: with 16 idle runners, each
 //     accepted message used to wake 16 runners that raced for one
 //     conversation (`make bench` latency: 7.7 transactions per message). A
-//     runner that claims a conversation wakes one more, so a burst that
+//     runner that claims a conversation with another due behind it wakes
+//     one more, so a burst that
 //     came with a single notification (Postgres folds a transaction's
 //     identical notifications into one: an import of 500 conversations is
 //     one) still has every runner at work within a few claims.
@@ -206,12 +207,20 @@ func (s *scheduler) dueIn(d time.Duration) {
 // wakeLocked wakes the runner that has waited longest, or leaves the
 // wake-up to the next runner that would wait. Called with mu held.
 func (s *scheduler) wakeLocked() {
-	if len(s.waiters) > 0 {
-		close(s.waiters[0])
-		s.waiters = s.waiters[1:]
-		return
+	if !s.wakeWaiter() {
+		s.wakeups = min(s.wakeups+1, s.maxWakeups)
 	}
-	s.wakeups = min(s.wakeups+1, s.maxWakeups)
+}
+
+// wakeWaiter wakes the runner that has waited longest, if one waits.
+// Called with mu held.
+func (s *scheduler) wakeWaiter() bool {
+	if len(s.waiters) == 0 {
+		return false
+	}
+	close(s.waiters[0])
+	s.waiters = s.waiters[1:]
+	return true
 }
 
 // passOn: a runner claimed a conversation of tenant. With more (another
@@ -227,10 +236,7 @@ func (s *scheduler) passOn(tenant int64, more bool) {
 		s.leave(tenant)
 		return
 	}
-	if len(s.waiters) > 0 {
-		close(s.waiters[0])
-		s.waiters = s.waiters[1:]
-	}
+	s.wakeWaiter()
 }
 
 // wakeAll wakes every waiting runner (a stop, or a listener that just
