@@ -92,8 +92,8 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 	m.KeyHash = keyToCheck(r)
 	a, err := s.engine.Ingest(r.Context(), m)
 	if err != nil {
-		if engine.ErrorCode(err) == engine.CodeUnauthorized {
-			s.recent.forget(m.KeyHash)
+		if engine.ErrorCode(err) == engine.CodeUnauthorized && m.KeyHash != nil {
+			s.recent.forget([32]byte(m.KeyHash))
 		}
 		s.writeError(w, r, err)
 		return

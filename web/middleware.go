@@ -6,11 +6,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"maps"
 	"mime"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -140,63 +138,6 @@ func keyToCheck(r *http.Request) []byte {
 		return nil
 	}
 	return h[:]
-}
-
-// recentKeys remembers, for KeyReuse, the tenant of each API key that
-// authenticated (by the key's SHA-256), at most recentKeysMax of them.
-type recentKeys struct {
-	ttl time.Duration
-	mu  sync.Mutex
-	m   map[[32]byte]recentKey
-}
-
-type recentKey struct {
-	tenant tenants.Tenant
-	at     time.Time
-}
-
-const recentKeysMax = 10000
-
-func (k *recentKeys) get(hash [32]byte) (tenants.Tenant, bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	e, ok := k.m[hash]
-	if !ok || time.Since(e.at) > k.ttl {
-		return tenants.Tenant{}, false
-	}
-	return e.tenant, true
-}
-
-func (k *recentKeys) put(hash [32]byte, t tenants.Tenant) {
-	if k.ttl <= 0 {
-		return
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.m == nil {
-		k.m = make(map[[32]byte]recentKey)
-	}
-	if len(k.m) >= recentKeysMax {
-		now := time.Now()
-		maps.DeleteFunc(k.m, func(_ [32]byte, e recentKey) bool { return now.Sub(e.at) > k.ttl })
-		for h := range k.m { // still full: drop any one
-			if len(k.m) < recentKeysMax {
-				break
-			}
-			delete(k.m, h)
-		}
-	}
-	k.m[hash] = recentKey{tenant: t, at: time.Now()}
-}
-
-// forget drops a key the database refused.
-func (k *recentKeys) forget(hash []byte) {
-	if len(hash) != sha256.Size {
-		return
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	delete(k.m, [32]byte(hash))
 }
 
 // readJSONBody reads a JSON request body under limit: 415 if it is not JSON,

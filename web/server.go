@@ -163,9 +163,9 @@ type Server struct {
 	tenants  *tenants.Store
 	vault    *tenants.Vault
 	logger   *slog.Logger
-	throttle *authThrottle // failed authentications (throttle.go)
-	good     goodKeys      // API keys that authenticated recently (throttle.go)
-	recent   recentKeys    // their tenants, reused by message ingest for KeyReuse
+	throttle *authThrottle            // failed authentications (throttle.go)
+	good     goodKeys                 // API keys that authenticated recently (throttle.go)
+	recent   recently[tenants.Tenant] // their tenants, reused by message ingest for KeyReuse
 	// unsigned counts webhook posts without a valid signature per client
 	// address, signers holds the addresses that sent a valid one recently
 	// (throttle.go).
@@ -185,7 +185,9 @@ func New(cfg Config, eng *engine.Engine, ts *tenants.Store, vault *tenants.Vault
 		throttle: newAuthThrottle(cfg.AuthFailureLimit, cfg.AuthFailureWindow, cfg.AuthThrottleEntries),
 		unsigned: newAuthThrottle(cfg.WebhookFailureLimit, cfg.WebhookFailureWindow, cfg.AuthThrottleEntries),
 		bodies:   make(chan struct{}, cfg.MaxUnauthenticatedBodies),
-		recent:   recentKeys{ttl: cfg.KeyReuse},
+		good:     newGoodKeys(),
+		signers:  newGoodKeys(),
+		recent:   recently[tenants.Tenant]{ttl: cfg.KeyReuse},
 	}
 	s.channels = newChannelCache(cfg.ChannelCacheTTL, cfg.ChannelCacheEntries, s.loadChannel)
 	return s

@@ -24,6 +24,7 @@ package web
 import (
 	"container/list"
 	"crypto/sha256"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -34,42 +35,77 @@ import (
 	"time"
 )
 
-// goodKeys remembers the SHA-256 of API keys that authenticated within
-// goodKeyTTL, at most goodKeysMax of them (or of client addresses that sent
-// a valid webhook signature).
-type goodKeys struct {
-	mu sync.Mutex
-	m  map[[32]byte]time.Time
+// recently remembers a value per key, by the key's SHA-256, for ttl after
+// it was put, at most recentlyMax of them: expired entries go first, then
+// any one, so the map stays bounded whatever a client sends.
+type recently[V any] struct {
+	ttl time.Duration
+	mu  sync.Mutex
+	m   map[[32]byte]recentEntry[V]
 }
 
-const (
-	goodKeyTTL  = 10 * time.Minute
-	goodKeysMax = 10000
-)
+type recentEntry[V any] struct {
+	v  V
+	at time.Time
+}
 
-func (g *goodKeys) add(key string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.m == nil {
-		g.m = make(map[[32]byte]time.Time)
+const recentlyMax = 10000
+
+func (r *recently[V]) put(hash [32]byte, v V) {
+	if r.ttl <= 0 {
+		return
 	}
-	if len(g.m) >= goodKeysMax {
-		for k := range g.m { // drop any one: the map stays bounded
-			delete(g.m, k)
-			break
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = make(map[[32]byte]recentEntry[V])
+	}
+	if len(r.m) >= recentlyMax {
+		now := time.Now()
+		maps.DeleteFunc(r.m, func(_ [32]byte, e recentEntry[V]) bool { return now.Sub(e.at) > r.ttl })
+		for h := range r.m {
+			if len(r.m) < recentlyMax {
+				break
+			}
+			delete(r.m, h)
 		}
 	}
-	g.m[sha256.Sum256([]byte(key))] = time.Now().Add(goodKeyTTL)
+	r.m[hash] = recentEntry[V]{v: v, at: time.Now()}
 }
+
+func (r *recently[V]) get(hash [32]byte) (V, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.m[hash]
+	if !ok || time.Since(e.at) > r.ttl {
+		var zero V
+		return zero, false
+	}
+	return e.v, true
+}
+
+func (r *recently[V]) forget(hash [32]byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.m, hash)
+}
+
+// goodKeys remembers API keys that authenticated within goodKeyTTL (or
+// client addresses that sent a valid webhook signature).
+type goodKeys struct{ recently[struct{}] }
+
+const goodKeyTTL = 10 * time.Minute
+
+func newGoodKeys() goodKeys { return goodKeys{recently[struct{}]{ttl: goodKeyTTL}} }
+
+func (g *goodKeys) add(key string) { g.put(sha256.Sum256([]byte(key)), struct{}{}) }
 
 func (g *goodKeys) has(key string) bool {
 	if key == "" {
 		return false
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	until, ok := g.m[sha256.Sum256([]byte(key))]
-	return ok && time.Now().Before(until)
+	_, ok := g.get(sha256.Sum256([]byte(key)))
+	return ok
 }
 
 // authThrottle counts failed authentications per key ("addr:…", "key:…").
