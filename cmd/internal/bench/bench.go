@@ -83,6 +83,8 @@ type benchConfig struct {
 	profile string
 	// keep leaves the cluster directory in place after the run.
 	keep bool
+	// rounds runs the throughput scenarios' systems this many times each, in turn.
+	rounds int
 	// dedupeRows pruned dedupe records are loaded into ordo's template
 	// before the runs (bench_dedupe.go).
 	dedupeRows int
@@ -128,6 +130,7 @@ func parseBenchFlags(env *cli.Env, args []string) (benchConfig, error) {
 	fs.DurationVar(&c.stall, "stall", 30*time.Second, "a run with no send for this long ends; what is missing is lost")
 	fs.StringVar(&c.profile, "profile", "", "directory for CPU profiles and pg_stat_statements tops per system and scenario (off when empty)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the cluster directory afterwards")
+	fs.IntVar(&c.rounds, "rounds", 1, "spread, hot, latency and backlog: run the systems this many times in turn and report each one's median round (this machine's speed moves 10-25% between runs; compare ratios with 3 or more)")
 	fs.IntVar(&c.dedupeRows, "dedupe-rows", 0, "pruned messages (dedupe records only, another tenant's) loaded into ordo's database before the runs, e.g. 20000000")
 	fs.IntVar(&c.noisyMsgs, "noisy-messages", 10000, "noisy: the burst's messages, queued through SQL (issue: 20000)")
 	fs.IntVar(&c.noisyConvs, "noisy-conversations", 1000, "noisy: the burst's conversations (issue: 2000)")
@@ -156,6 +159,7 @@ func parseBenchFlags(env *cli.Env, args []string) (benchConfig, error) {
 		"backlog-messages": c.backlogMsgs, "backlog-conversations": c.backlogConvs, "backlog-tenants": c.backlogTenants,
 		"noisy-messages": c.noisyMsgs, "noisy-conversations": c.noisyConvs, "noisy-paced-messages": c.noisyPacedMsgs,
 		"noisy-paced-conversations": c.noisyPacedConvs, "quiet-tenants": c.quietTenants, "quiet-rate": c.quietRate,
+		"rounds": c.rounds,
 	} {
 		if v < 1 {
 			return c, fmt.Errorf("--%s must be at least 1", name)
@@ -255,13 +259,26 @@ func Main(ctx context.Context, env *cli.Env, args []string) error {
 			continue
 		}
 		load := cfg.load(sc)
-		for _, sys := range cfg.systems {
-			b.logf("%s / %s: %d messages over %d conversations …", sc, sys, load.messages(), load.convs)
-			r, err := b.run(ctx, load, sys)
-			if err != nil {
-				return fmt.Errorf("%s / %s: %w", sc, sys, err)
+		rounds := map[string][]benchResult{}
+		// With several rounds the systems take turns, so a machine that
+		// slows down for a while slows every system's round alike.
+		for round := 1; round <= cfg.rounds; round++ {
+			for _, sys := range cfg.systems {
+				of := ""
+				if cfg.rounds > 1 {
+					of = fmt.Sprintf(" (round %d of %d)", round, cfg.rounds)
+				}
+				b.logf("%s / %s: %d messages over %d conversations%s …", sc, sys, load.messages(), load.convs, of)
+				r, err := b.run(ctx, load, sys)
+				if err != nil {
+					return fmt.Errorf("%s / %s: %w", sc, sys, err)
+				}
+				b.logf("%s / %s: %s", sc, sys, r.summary())
+				rounds[sys] = append(rounds[sys], r)
 			}
-			b.logf("%s / %s: %s", sc, sys, r.summary())
+		}
+		for _, sys := range cfg.systems {
+			r := medianRound(rounds[sys])
 			results = append(results, r)
 			if err := cli.PrintJSON(out, r); err != nil {
 				return err

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -60,6 +61,38 @@ type benchResult struct {
 	Noisy *noisyResult `json:"noisy,omitempty"`
 	// Claim is the claim scenario's measurement (no messages).
 	Claim *claimResult `json:"claim,omitempty"`
+	// RoundThroughputs are the throughputs of every round with --rounds N
+	// (this result is the median round; duplicates, order violations and
+	// lost messages are summed over all of them).
+	RoundThroughputs []float64 `json:"round_throughputs_msgs_s,omitempty"`
+}
+
+// medianRound returns the median of one system's rounds of one scenario —
+// by throughput, or by p99 latency in latency, whose throughput is the
+// offered rate — with every round's duplicates, order violations and lost
+// messages added up: a bad round is never hidden by a good median.
+func medianRound(rounds []benchResult) benchResult {
+	if len(rounds) == 1 {
+		return rounds[0]
+	}
+	sorted := slices.Clone(rounds)
+	slices.SortFunc(sorted, func(a, b benchResult) int {
+		if a.Scenario == "latency" {
+			return cmp.Compare(a.Latency.P99, b.Latency.P99)
+		}
+		return cmp.Compare(a.Throughput, b.Throughput)
+	})
+	r := sorted[len(sorted)/2]
+	r.Duplicates, r.OrderViolations, r.Lost, r.Unexpected = 0, 0, 0, 0
+	r.RoundThroughputs = nil
+	for _, x := range rounds {
+		r.Duplicates += x.Duplicates
+		r.OrderViolations += x.OrderViolations
+		r.Lost += x.Lost
+		r.Unexpected += x.Unexpected
+		r.RoundThroughputs = append(r.RoundThroughputs, x.Throughput)
+	}
+	return r
 }
 
 // benchLatency is offer → provider receipt per message, in milliseconds.
@@ -190,6 +223,25 @@ func (r benchResult) summary() string {
 
 // printBenchTable writes the results, the backlog details and the
 // throughput ratios.
+// printRounds lists each round's throughput when a run had several
+// (--rounds): the table shows the median round.
+func printRounds(w io.Writer, results []benchResult) {
+	var lines []string
+	for _, r := range results {
+		if len(r.RoundThroughputs) < 2 {
+			continue
+		}
+		each := make([]string, len(r.RoundThroughputs))
+		for i, t := range r.RoundThroughputs {
+			each[i] = fmt.Sprintf("%.0f", t)
+		}
+		lines = append(lines, fmt.Sprintf("  %8s  %11s  %s", r.Scenario, r.System, strings.Join(each, ", ")))
+	}
+	if len(lines) > 0 {
+		fmt.Fprintf(w, "\nrounds (msgs/s of each, in the order they ran; the table shows the median)\n%s\n", strings.Join(lines, "\n"))
+	}
+}
+
 func printBenchTable(w io.Writer, results []benchResult) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -215,6 +267,7 @@ func printBenchTable(w io.Writer, results []benchResult) {
 			r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Duplicates, r.OrderViolations, r.Lost, rss, sysCPU, pgCPU, r.XactsPerMsg, r.WALKBPerMsg)
 	}
 	tw.Flush()
+	printRounds(w, results)
 
 	var backlog []benchResult
 	for _, r := range results {

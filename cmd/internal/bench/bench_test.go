@@ -226,3 +226,28 @@ func TestJudgeNoisySplitsBurstAndQuiet(t *testing.T) {
 		t.Errorf("quiet latencies during the burst = %v, want [40]", got)
 	}
 }
+
+// The median of several rounds keeps every round's faults: a run that lost
+// or duplicated a message in any round shows it, whatever the median's.
+func TestMedianRoundKeepsEveryRoundsFaults(t *testing.T) {
+	rounds := []benchResult{
+		{Scenario: "spread", System: "ordo", Throughput: 900},
+		{Scenario: "spread", System: "ordo", Throughput: 1100, Lost: 2},
+		{Scenario: "spread", System: "ordo", Throughput: 1000, Duplicates: 1},
+	}
+	r := medianRound(rounds)
+	if r.Throughput != 1000 || r.Lost != 2 || r.Duplicates != 1 || len(r.RoundThroughputs) != 3 || r.RoundThroughputs[1] != 1100 {
+		t.Fatalf("median = %.0f msgs/s, lost %d, duplicates %d, rounds %v; want 1000, 2, 1, [900 1100 1000]", r.Throughput, r.Lost, r.Duplicates, r.RoundThroughputs)
+	}
+	lat := medianRound([]benchResult{
+		{Scenario: "latency", Throughput: 500, Latency: benchLatency{P99: 50}},
+		{Scenario: "latency", Throughput: 500, Latency: benchLatency{P99: 20}},
+		{Scenario: "latency", Throughput: 499, Latency: benchLatency{P99: 200}},
+	})
+	if lat.Latency.P99 != 50 {
+		t.Fatalf("latency median p99 = %.0f, want 50", lat.Latency.P99)
+	}
+	if one := medianRound(rounds[:1]); one.RoundThroughputs != nil {
+		t.Fatalf("one round reports rounds %v", one.RoundThroughputs)
+	}
+}
