@@ -23,6 +23,17 @@ func slowProvider(b *jobstest.Bundle, d time.Duration) {
 	})
 }
 
+// waitSendsBefore waits for the first send to user to and returns how many
+// sends of phone number phone the provider saw before it.
+func waitSendsBefore(b *jobstest.Bundle, phone, to string) int {
+	b.WaitFor("the send to "+to, 30*time.Second, func() bool {
+		_, ok := sendsBefore(b.WhatsApp.Sends(), phone, to)
+		return ok
+	})
+	n, _ := sendsBefore(b.WhatsApp.Sends(), phone, to)
+	return n
+}
+
 // sendsBefore counts the sends of phone number phone that the provider saw
 // before the first send to user to.
 func sendsBefore(sends []whatsapptest.Send, phone, to string) (n int, found bool) {
@@ -57,11 +68,7 @@ func TestQuietTenantIsNotQueuedBehindAnotherTenantsBurst(t *testing.T) {
 	b.WaitFor("the burst to be under way", 20*time.Second, func() bool { return len(b.WhatsApp.Sends()) >= 20 })
 	at := len(b.WhatsApp.Sends())
 	b.IngestFor("quiet", "q1", "q1-1", "quiet one")
-	b.WaitFor("the quiet tenant's message", 30*time.Second, func() bool {
-		_, ok := sendsBefore(b.WhatsApp.Sends(), "2000001", "q1")
-		return ok
-	})
-	n, _ := sendsBefore(b.WhatsApp.Sends(), "2000001", "q1")
+	n := waitSendsBefore(b, "2000001", "q1")
 	// In flight when it arrived: at most one drain per worker, each up to
 	// its conversation's two sends; then one turn each.
 	if waited := n - at; waited > 4*workers {
@@ -93,11 +100,7 @@ func TestQuietTenantWaitsASliceNotAConversation(t *testing.T) {
 	b.WaitFor("the burst to be under way", 20*time.Second, func() bool { return len(b.WhatsApp.Sends()) >= 20 })
 	at := len(b.WhatsApp.Sends())
 	b.IngestFor("quiet", "q1", "q1-1", "quiet one")
-	b.WaitFor("the quiet tenant's message", 30*time.Second, func() bool {
-		_, ok := sendsBefore(b.WhatsApp.Sends(), "2000001", "q1")
-		return ok
-	})
-	n, _ := sendsBefore(b.WhatsApp.Sends(), "2000001", "q1")
+	n := waitSendsBefore(b, "2000001", "q1")
 	// A slice is 100 ms, about 5 sends of 20 ms per worker, plus the
 	// message in flight and the one started with it; a loaded machine
 	// stretches the claim that follows. Without slices it is the rest of a
@@ -267,11 +270,7 @@ func TestDueTenantGetsTheWorkerAtTheNextBoundary(t *testing.T) {
 		})
 	})
 	b.Start()
-	b.WaitFor("the quiet tenant's message", 30*time.Second, func() bool {
-		_, ok := sendsBefore(b.WhatsApp.Sends(), "2000001", "q1")
-		return ok
-	})
-	if n, _ := sendsBefore(b.WhatsApp.Sends(), "2000001", "q1"); n != 1 {
+	if n := waitSendsBefore(b, "2000001", "q1"); n != 1 {
 		t.Fatalf("%d of the burst's sends went out before the quiet tenant's message; want 1 (the one in flight when it became due)", n)
 	}
 }

@@ -47,7 +47,8 @@ func (s *Server) authenticateKey(next http.Handler, reuse bool) http.Handler {
 		if p := keyPrefix(key); p != "" {
 			prefix = "key:" + p
 		}
-		if wait := s.throttle.blocked(addr, prefix); wait > 0 && !s.good.has(key) {
+		hash := sha256.Sum256([]byte(key))
+		if wait := s.throttle.blocked(addr, prefix); wait > 0 && !s.good.known(hash) {
 			s.tooManyFailures(w, r, wait)
 			return
 		}
@@ -56,7 +57,6 @@ func (s *Server) authenticateKey(next http.Handler, reuse bool) http.Handler {
 			s.writeError(w, r, engine.Errorf(engine.CodeUnauthorized, "Authorization: Bearer <API key> required"))
 			return
 		}
-		hash := sha256.Sum256([]byte(key))
 		if t, ok := s.recent.get(hash); reuse && ok {
 			ctx := context.WithValue(context.WithValue(r.Context(), tenantKey{}, t), uncheckedKey{}, hash)
 			if rw, ok := w.(*statusWriter); ok {
@@ -73,7 +73,7 @@ func (s *Server) authenticateKey(next http.Handler, reuse bool) http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
-		s.good.add(key)
+		s.good.put(hash, struct{}{})
 		s.recent.put(hash, t)
 		if rw, ok := w.(*statusWriter); ok {
 			rw.tenant = t.Slug

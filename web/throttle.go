@@ -101,10 +101,12 @@ func newGoodKeys() goodKeys { return goodKeys{recently[struct{}]{ttl: goodKeyTTL
 func (g *goodKeys) add(key string) { g.put(sha256.Sum256([]byte(key)), struct{}{}) }
 
 func (g *goodKeys) has(key string) bool {
-	if key == "" {
-		return false
-	}
-	_, ok := g.get(sha256.Sum256([]byte(key)))
+	return key != "" && g.known(sha256.Sum256([]byte(key)))
+}
+
+// known is has for a key already hashed (an empty key is never put).
+func (g *goodKeys) known(hash [32]byte) bool {
+	_, ok := g.get(hash)
 	return ok
 }
 
