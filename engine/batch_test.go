@@ -113,6 +113,18 @@ func (e *batchEnv) waitLockWaiters(n int) {
 	})
 }
 
+// waitHoldingBatch waits until the engine's one batch slot is taken by a
+// batch waiting on holdConv's lock, and no call waits for a slot. The slot
+// count alone is not enough: the batch that answered the previous call
+// frees its slot only after answering, so a count of one running batch can
+// still be that one (seen in CI under load: the next two calls then went
+// in one batch).
+func (e *batchEnv) waitHoldingBatch() {
+	e.t.Helper()
+	e.waitLockWaiters(1)
+	waitFor(e.t, "the holding batch to run", func() bool { r, p := e.eng.ingest.state(); return r == 1 && p == 0 })
+}
+
 // forceOneBatch offers msgs concurrently while the engine's only batch slot
 // is busy (a batch waiting on holdConv), so they all gather and then go in
 // one batch; it returns their answers in msgs' order. Needs maxInFlight 1.
@@ -130,7 +142,7 @@ func (e *batchEnv) forceOneBatch(msgs []NewMessage) []ingestResult {
 		_, err := e.eng.Ingest(context.Background(), msg(holdConv, fmt.Sprintf("hold-%d", before)))
 		holdDone <- err
 	}()
-	waitFor(e.t, "the holding batch to run", func() bool { r, p := e.eng.ingest.state(); return r == 1 && p == 0 })
+	e.waitHoldingBatch()
 
 	out := make([]ingestResult, len(msgs))
 	var wg sync.WaitGroup
@@ -473,7 +485,7 @@ func TestIngestCallerLeavingBeforeSendStoresNothing(t *testing.T) {
 		_, err := e.eng.Ingest(context.Background(), msg(holdConv, "hold-1"))
 		holdDone <- err
 	}()
-	waitFor(t, "the holding batch to run", func() bool { r, p := e.eng.ingest.state(); return r == 1 && p == 0 })
+	e.waitHoldingBatch()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	leftDone := make(chan error, 1)
