@@ -34,6 +34,7 @@ const (
 	PaceMaxSleepDefault      = 20 * time.Millisecond
 	PausedRecheckDefault     = 30 * time.Second
 	PairRateUnitDefault      = time.Second
+	BatchSizeDefault         = 8
 	// StopGraceExtra is what StopTimeout adds to the longer of HandlerTimeout
 	// and SendTimeout by default: room to record the step after its call.
 	StopGraceExtra        = 5 * time.Second
@@ -134,6 +135,11 @@ type Config struct {
 	// PruneBatch is how many messages one pruning transaction handles.
 	// Default PruneBatchDefault.
 	PruneBatch int
+	// BatchSize is how many quiet conversations (one queued outbound
+	// message each, of an unpaced tenant: batch.go) one worker claims and
+	// sends at once; they count against Workers like as many drains. 1 turns
+	// batching off. Default BatchSizeDefault.
+	BatchSize int
 	// Metrics records step outcomes, send and handler latency, accept→send
 	// latency and the drains running. Default nil: nothing recorded.
 	Metrics *metrics.Metrics
@@ -184,13 +190,14 @@ func (c Config) WithDefaults() Config {
 	c.WhatsAppAPIURL = cmp.Or(c.WhatsAppAPIURL, WhatsAppAPIURLDefault)
 	c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
 	c.PruneBatch = cmp.Or(c.PruneBatch, PruneBatchDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.Events = c.Events.WithDefaults()
 	return c
 }
 
 func (c Config) validate() error {
-	if c.Workers < 1 || c.MaxMessagesPerRun < 1 {
-		return errors.New("jobs: Workers and MaxMessagesPerRun must be positive")
+	if c.Workers < 1 || c.MaxMessagesPerRun < 1 || c.BatchSize < 1 {
+		return errors.New("jobs: Workers, MaxMessagesPerRun and BatchSize must be positive")
 	}
 	if c.Lease <= c.SendTimeout {
 		return fmt.Errorf("jobs: Lease (%s) must exceed SendTimeout (%s)", c.Lease, c.SendTimeout)

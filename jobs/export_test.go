@@ -42,3 +42,7 @@ func TenantWaiting(r *Runner, tenant int64) bool {
 	defer s.mu.Unlock()
 	return s.dueAt[tenant].After(s.pickedAt[tenant])
 }
+
+// Batches returns how many of r's claims took a batch of quiet
+// conversations (batch.go).
+func Batches(r *Runner) int64 { return r.batches.Load() }

@@ -68,6 +68,9 @@ type Runner struct {
 	// nothing to take (tests read them: a measure of runners woken for
 	// nothing).
 	claims, claimsEmpty atomic.Int64
+	// batches counts the claims that took a batch (batch.go).
+	batches atomic.Int64
+	room    *room
 }
 
 // NewRunner builds a Runner; Start starts it.
@@ -99,6 +102,7 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		pruner:     NewPruner(pool, cfg.PruneBatch, logger),
 		interval:   cfg.PruneInterval,
 		topUp:      make(chan struct{}, 1),
+		room:       newRoom(cfg.Workers),
 	}
 	r.drainer.turns = r.sched
 	workers := river.NewWorkers()
@@ -214,6 +218,7 @@ func (r *Runner) addRunners(ctx context.Context) error {
 func (r *Runner) Stop(ctx context.Context) error {
 	r.drainer.stopping.Store(true)
 	r.sched.wakeAll()
+	r.room.stop()
 	if r.cancel != nil {
 		r.cancel()
 		<-r.done
@@ -281,8 +286,15 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 	}
 	defer func() { drop(true) }()
 	for !d.stopping.Load() && time.Now().Before(end) && ctx.Err() == nil {
+		// Room for a batch, or at least for one drain (Config.Workers
+		// bounds the conversations the process drains at once).
+		room := r.room.take(ctx, r.cfg.BatchSize)
+		if room == 0 {
+			continue // stopping
+		}
 		t, ok := r.sched.pick(ctx)
 		if !ok {
+			r.room.give(room)
 			drop(true)
 			r.sched.wait(ctx)
 			continue
@@ -290,6 +302,7 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 		if conn == nil {
 			c, err := r.pool.Acquire(ctx)
 			if err != nil {
+				r.room.give(room)
 				r.logger.WarnContext(ctx, "runner: acquire a connection", slog.String("error", err.Error()))
 				r.sched.pause(ctx)
 				continue
@@ -300,10 +313,16 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 		if p, ok := d.creds.phone(t.tenant); ok {
 			phone = &p
 		}
-		s, st, found, err := claimAndOpen(ctx, conn, t, d.cfg.Lease.Milliseconds(), phone, held)
+		var bt *batch
+		if room > 1 && t.cap == 0 && phone != nil {
+			bt = &batch{tenant: t.tenant, max: room}
+		}
+		claimed := time.Now()
+		s, st, found, err := claimAndOpen(ctx, conn, t, d.cfg.Lease.Milliseconds(), phone, held, bt)
 		if err != nil {
 			// The batch failed: what it locked is unknown, so the
 			// connection (and every lock on it) goes.
+			r.room.give(room)
 			held = nil
 			drop(false)
 			if ctx.Err() == nil {
@@ -314,7 +333,19 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 		}
 		held = nil
 		r.claims.Add(1)
+		if bt != nil && len(bt.convs) > 0 {
+			r.room.give(room - len(bt.convs))
+			r.batches.Add(1)
+			r.sched.passOn(t.tenant, bt.more)
+			if !r.drainBatch(ctx, conn, bt, claimed, name) { // gives back the batch's room
+				drop(false)
+			}
+			r.sched.released(t.tenant, false)
+			continue
+		}
+		r.room.give(room - 1)
 		if s == nil {
+			r.room.give(1)
 			r.claimsEmpty.Add(1)
 			r.sched.missed(t.tenant)
 			continue
@@ -322,6 +353,7 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 		r.sched.passOn(t.tenant, st.more)
 		held = s.slot
 		usable := r.drainClaimed(ctx, s, st, found, name)
+		r.room.give(1)
 		if !usable {
 			held = nil
 			drop(false)
@@ -331,6 +363,62 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 		r.sched.released(t.tenant, held != nil)
 	}
 	return nil
+}
+
+// room counts the conversations a process may still take on: Config.Workers
+// in all, shared by the runners' drains and batches.
+type room struct {
+	mu      sync.Mutex
+	free    int
+	stopped bool
+	freed   chan struct{} // closed (and replaced) when room is given back
+}
+
+func newRoom(n int) *room { return &room{free: n, freed: make(chan struct{})} }
+
+// take waits until there is room and takes up to max; 0 when stopped.
+func (r *room) take(ctx context.Context, max int) int {
+	for {
+		r.mu.Lock()
+		if r.stopped {
+			r.mu.Unlock()
+			return 0
+		}
+		if r.free > 0 {
+			n := min(r.free, max)
+			r.free -= n
+			r.mu.Unlock()
+			return n
+		}
+		freed := r.freed
+		r.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return 0
+		}
+	}
+}
+
+// give returns n taken by take.
+func (r *room) give(n int) {
+	if n == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.free += n
+	close(r.freed)
+	r.freed = make(chan struct{})
+}
+
+// stop makes every take return 0 (a stop).
+func (r *room) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	close(r.freed)
+	r.freed = make(chan struct{})
 }
 
 const releaseSlot = `SELECT pg_advisory_unlock(-1 - $1::int, $2::int)`
@@ -343,6 +431,13 @@ func (r *Runner) drainClaimed(ctx context.Context, s *session, st convState, fou
 		return s.close() // conversation deleted meanwhile
 	}
 	end, err := d.drain(ctx, s, st, name)
+	return r.end(ctx, s, end, err)
+}
+
+// end ends a drain run as it ended (end, err) and the session with it;
+// false when the connection cannot be used again.
+func (r *Runner) end(ctx context.Context, s *session, end ended, err error) bool {
+	d := r.drainer
 	switch {
 	case err == nil && end.park:
 		if perr := s.park(ctx, end.wait); perr != nil && !errors.Is(perr, ErrFenced) {

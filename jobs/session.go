@@ -118,7 +118,7 @@ func (s *session) callContext(ctx context.Context, timeout time.Duration) (conte
 	return cctx, cancel, nil
 }
 
-const unlockQuery = `SELECT pg_advisory_unlock($1::int, ($2 % 2147483647)::int), set_config('idle_session_timeout', '0', false)`
+const unlockQuery = `SELECT pg_advisory_unlock($1::int, ($2 % 2147483647)::int), set_config('idle_session_timeout', coalesce(nullif(current_setting('ordo.batch_lease', true), ''), '0'), false)`
 
 // claimQuery claims the due conversation of a tenant that has waited longest
 // (ordo.claim_conversation: the conversation's lock, and a concurrency slot
@@ -165,8 +165,10 @@ type slotHold struct {
 // over, in one round trip; release (may be nil) is the slot of the runner's
 // previous drain, given back first. It returns a nil session when there was
 // nothing to claim. A session whose conversation is gone (deleted with its
-// tenant, or purged) comes back with found false: close it.
-func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t turn, lease int64, phone *string, release *slotHold) (s *session, st convState, found bool, err error) {
+// tenant, or purged) comes back with found false: close it. With bt, a
+// batch of quiet conversations is claimed first (batch.go); when bt.convs
+// comes back non-empty, no session does.
+func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t turn, lease int64, phone *string, release *slotHold, bt *batch) (s *session, st convState, found bool, err error) {
 	var (
 		conv    *int64
 		slot    *int
@@ -200,6 +202,9 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t turn, lease int64, 
 		relTenant, relSlot = &release.tenant, &release.slot
 	}
 	b := &pgx.Batch{}
+	if bt != nil {
+		bt.queue(b, lease, phone)
+	}
 	b.Queue(claimQuery, lockNamespace, t.tenant, t.cap, lease, relTenant, relSlot).Query(func(rows pgx.Rows) error {
 		defer rows.Close()
 		for rows.Next() {
@@ -357,7 +362,7 @@ const finishQuery = `
 WITH c AS (
     SELECT id FROM ordo.conversations WHERE id = $1 AND fence = $2 AND head_seq = last_seq FOR NO KEY UPDATE),
 d AS (DELETE FROM ordo.ready r USING c WHERE r.conversation_pk = c.id)
-SELECT pg_advisory_unlock($3::int, (c.id % 2147483647)::int), set_config('idle_session_timeout', '0', false) FROM c`
+SELECT pg_advisory_unlock($3::int, (c.id % 2147483647)::int), set_config('idle_session_timeout', coalesce(nullif(current_setting('ordo.batch_lease', true), ''), '0'), false) FROM c`
 
 const positionQuery = `SELECT fence, last_seq FROM ordo.conversations WHERE id = $1`
 

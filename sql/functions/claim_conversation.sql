@@ -19,7 +19,9 @@
 -- claim, or pg_advisory_unlock). p_lease_ms becomes the session's
 -- idle_session_timeout (the drain's lease) when a conversation is claimed.
 -- more says whether another of the tenant's conversations was due behind
--- the claimed one: the scheduler then wakes one more runner.
+-- the claimed one: the scheduler then wakes one more runner. After
+-- ordo.claim_batch claimed a batch in the same transaction (ordo.batch =
+-- 'y'), it only releases p_release_slot.
 CREATE OR REPLACE FUNCTION ordo.claim_conversation(
     p_lock int, p_tenant bigint, p_cap int, p_lease_ms int, p_release_tenant bigint, p_release_slot int)
 RETURNS TABLE (conv bigint, slot int, more boolean)
@@ -42,8 +44,8 @@ BEGIN
     IF p_release_slot IS NOT NULL THEN
         PERFORM pg_advisory_unlock(-1 - p_release_slot, p_release_tenant::int);
     END IF;
-    IF p_tenant IS NULL THEN
-        RETURN;
+    IF p_tenant IS NULL OR current_setting('ordo.batch', true) = 'y' THEN
+        RETURN; -- nothing to claim, or ordo.claim_batch claimed a batch before this
     END IF;
     IF p_cap > 0 THEN
         v_start := floor(random() * p_cap)::int;

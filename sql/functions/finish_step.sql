@@ -64,7 +64,7 @@ BEGIN
             -- takeover waits for this transaction's row lock, so it still
             -- sees every write of this one.
             unlocked := pg_advisory_unlock(p_lock, (p_conv % 2147483647)::int);
-            PERFORM set_config('idle_session_timeout', '0', false);
+            PERFORM set_config('idle_session_timeout', coalesce(nullif(current_setting('ordo.batch_lease', true), ''), '0'), false);
         END IF;
     END IF;
 END;

@@ -27,7 +27,7 @@ BEGIN
     IF v_due <= clock_timestamp() THEN
         PERFORM pg_notify('ordo_ready', v_tenant::text);
     END IF;
-    PERFORM pg_advisory_unlock(p_lock, (p_conv % 2147483647)::int), set_config('idle_session_timeout', '0', false);
+    PERFORM pg_advisory_unlock(p_lock, (p_conv % 2147483647)::int), set_config('idle_session_timeout', coalesce(nullif(current_setting('ordo.batch_lease', true), ''), '0'), false);
     RETURN true;
 END;
 $$;

@@ -1,0 +1,210 @@
+package jobs_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ordo-dev/ordo/jobs"
+	"github.com/ordo-dev/ordo/jobs/jobstest"
+	"github.com/ordo-dev/ordo/jobs/whatsapp/whatsapptest"
+	"github.com/ordo-dev/ordo/tenants"
+)
+
+// heldLocks counts the conversation locks held in the test's database.
+const heldLocks = `
+SELECT count(*) FROM pg_locks
+WHERE locktype = 'advisory' AND classid = x'6f72646f'::int::oid AND objsubid = 2
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+
+// batchSetup is an unpaced tenant (acme) whose credential the workers have
+// cached already (one message sent), so its quiet conversations are
+// claimed in batches from the start.
+func batchSetup(t *testing.T, cfg jobs.Config) *jobstest.Bundle {
+	t.Helper()
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true, Config: cfg})
+	if _, err := b.Tenants.Update(context.Background(), "acme", tenants.UpdateParams{SendRate: ptr(0)}); err != nil {
+		t.Fatal(err)
+	}
+	b.Start()
+	b.Ingest("warm", "warm-1", "warm")
+	b.WaitFor("the first send", 10*time.Second, func() bool { return len(b.WhatsApp.SendsTo("warm")) == 1 })
+	return b
+}
+
+// importQuiet queues one message in each of n conversations in one
+// transaction, as an application's import does.
+func importQuiet(t *testing.T, b *jobstest.Bundle, prefix string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+		for i := range n {
+			conv := fmt.Sprintf("%s%03d", prefix, i)
+			if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', $1, $1 || '-1', 'outbound', $2::jsonb)`, conv, jobstest.Outbound(conv, conv+" one")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+}
+
+// Quiet conversations go out in batches, each message once, and the
+// process never has more conversations in flight than Config.Workers,
+// however many a batch could hold (issue 11).
+func TestQuietConversationsAreSentInBatchesWithinWorkers(t *testing.T) {
+	t.Parallel()
+	const workers, n = 4, 60
+	b := batchSetup(t, jobs.Config{Workers: workers, BatchSize: 8})
+	var inFlight, most atomic.Int64
+	b.WhatsApp.SetResponder(func(req whatsapptest.Send, attempt int) whatsapptest.Response {
+		now := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+		}
+		time.Sleep(30 * time.Millisecond)
+		return whatsapptest.Default(req, attempt)
+	})
+	importQuiet(t, b, "q", n)
+	b.WaitFor("every message sent", 30*time.Second, func() bool { return len(b.WhatsApp.Sends()) >= n+1 })
+	b.WaitFor("every message done", 10*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`) == n+1
+	})
+	for i := range n {
+		conv := fmt.Sprintf("q%03d", i)
+		if got := len(b.WhatsApp.SendsTo(conv)); got != 1 {
+			t.Fatalf("%s: %d sends, want 1", conv, got)
+		}
+	}
+	if got := jobs.Batches(b.Runner); got == 0 {
+		t.Fatal("no batch was claimed: the test proves nothing")
+	}
+	if m := most.Load(); m > workers {
+		t.Fatalf("%d sends in flight at once with %d workers", m, workers)
+	}
+	b.WaitFor("the ready set to empty", 5*time.Second, func() bool { return b.Count(`SELECT count(*) FROM ordo.ready`) == 0 })
+	if held := b.Count(heldLocks); held != 0 {
+		t.Fatalf("%d conversation locks still held after every drain ended", held)
+	}
+}
+
+// A batch's failed sends are settled one by one as their own drains would:
+// a permanent error is a dead letter that halts its conversation, an
+// ambiguous one is retried and sent once; the batch's other sends are
+// recorded with the batch.
+func TestBatchSettlesEachFailedSendLikeItsOwnDrain(t *testing.T) {
+	t.Parallel()
+	const n = 12
+	b := batchSetup(t, jobs.Config{Workers: 4, BatchSize: 8})
+	b.WhatsApp.SetResponder(func(req whatsapptest.Send, attempt int) whatsapptest.Response {
+		switch {
+		case req.To == "q003":
+			return whatsapptest.Response{Status: http.StatusBadRequest, ErrorCode: 131026}
+		case req.To == "q005" && attempt == 1:
+			return whatsapptest.Response{Status: http.StatusInternalServerError}
+		}
+		return whatsapptest.Default(req, attempt)
+	})
+	importQuiet(t, b, "q", n)
+	b.WaitFor("the dead letter", 20*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.dead_letters`) == 1
+	})
+	b.WaitFor("every other message sent", 20*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`) == n
+	})
+	for i := range n {
+		conv := fmt.Sprintf("q%03d", i)
+		want := 1
+		if conv == "q003" {
+			want = 0
+		}
+		if got := len(b.WhatsApp.SendsTo(conv)); got != want {
+			t.Fatalf("%s: %d sends, want %d", conv, got, want)
+		}
+	}
+	if got := b.Count(`SELECT count(*) FROM ordo.conversations WHERE halted_at IS NOT NULL AND conversation_id = 'q003'`); got != 1 {
+		t.Fatal("the dead-lettered conversation is not halted (tenant policy halt)")
+	}
+	if got := jobs.Batches(b.Runner); got == 0 {
+		t.Fatal("no batch was claimed: the test proves nothing")
+	}
+	b.WaitFor("locks released", 5*time.Second, func() bool {
+		return b.Count(heldLocks) == 0
+	})
+}
+
+// An application's import holding one conversation of a batch does not hold
+// the batch: the other conversations are recorded at once, and the held one
+// alone once the import commits — its message and the import's, in order.
+// Without SKIP LOCKED the batch's finish waited for the import (and an
+// import taking the batch's rows in another order deadlocked with it).
+func TestBatchDoesNotWaitForAnImportHoldingOneConversation(t *testing.T) {
+	t.Parallel()
+	const n = 8
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true, Config: jobs.Config{Workers: 4, BatchSize: 8}})
+	if _, err := b.Tenants.Update(context.Background(), "acme", tenants.UpdateParams{SendRate: ptr(0)}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var (
+		once  sync.Once
+		tx    pgx.Tx
+		txErr error
+	)
+	held := make(chan struct{})
+	jobs.SetHooks(b.Runner, func(conv int64) {
+		var id string
+		if err := b.Pool.QueryRow(ctx, `SELECT conversation_id FROM ordo.conversations WHERE id = $1`, conv).Scan(&id); err != nil || id != "q000" {
+			return
+		}
+		once.Do(func() {
+			// The import adds the conversation's next message and keeps
+			// its row locked until it commits.
+			tx, txErr = b.Pool.Begin(ctx)
+			if txErr == nil {
+				_, txErr = tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', 'q000', 'q000-2', 'outbound', $1::jsonb)`, jobstest.Outbound("q000", "q000 two"))
+			}
+			close(held)
+		})
+	}, nil)
+	b.Start()
+	b.Ingest("warm", "warm-1", "warm")
+	b.WaitFor("the first send", 10*time.Second, func() bool { return len(b.WhatsApp.SendsTo("warm")) == 1 })
+	importQuiet(t, b, "q", n)
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("q000 was never finished")
+	}
+	if txErr != nil {
+		t.Fatalf("import: %v", txErr)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) }) // a failed test lets the runner stop
+	b.WaitFor("the batch's other messages recorded while the import is open", 10*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages m JOIN ordo.conversations c ON c.id = m.conversation_pk
+			WHERE m.status = 'done' AND c.conversation_id LIKE 'q%' AND c.conversation_id <> 'q000'`) == n-1
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitFor("q000's two messages", 10*time.Second, func() bool { return len(b.WhatsApp.SendsTo("q000")) == 2 })
+	b.WaitFor("q000 caught up", 10*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages m JOIN ordo.conversations c ON c.id = m.conversation_pk
+			WHERE m.status = 'done' AND c.conversation_id = 'q000'`) == 2
+	})
+	s := b.WhatsApp.SendsTo("q000")
+	if s[0].Text != "q000 one" || s[1].Text != "q000 two" {
+		t.Fatalf("q000 sent %q then %q", s[0].Text, s[1].Text)
+	}
+	if got := jobs.Batches(b.Runner); got == 0 {
+		t.Fatal("no batch was claimed: the test proves nothing")
+	}
+}
