@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -16,22 +17,24 @@ import (
 	"github.com/ordo-dev/ordo/tenants"
 )
 
-// The batched drain. Most conversations are quiet: a reply now and then,
-// one message queued when a worker comes. Drained one at a time, each such
-// message cost a claim transaction and a finish transaction of five
-// statements each, more than its River job costs river-plain (issue 11,
-// `make bench` spread). A runner whose turn falls on an unpaced tenant
-// therefore first claims up to Config.BatchSize of its quiet conversations in
-// one statement (ordo.claim_batch: their locks, fences, ready rows and send
-// steps), sends their messages at once, and records every send that
-// succeeded in one statement (ordo.finish_batch), each write behind its
-// conversation's fence. Anything else — a failed send, a conversation whose
-// row an import holds, a credential that cannot be read — is ended one
-// conversation at a time by the drain's own code, on the same connection,
-// which holds their locks. Conversations that are not quiet (a backlog, an
-// inbound message, a retry, a paced or capped tenant) go through the
-// per-conversation drain: ordo.claim_batch stops at the first one, so the
-// tenant's order of due conversations holds.
+// The batched drain. Drained one conversation at a time, each message of a
+// conversation that has no more queued cost a claim transaction and a
+// finish transaction of five statements each, more than its River job
+// costs river-plain (issue 11, `make bench` spread). A runner whose turn
+// falls on an unpaced, uncapped tenant therefore first claims up to
+// Config.BatchSize of its due conversations whose next message is an
+// outbound one not started yet, in one statement (ordo.claim_batch: their
+// locks, fences, ready rows and send steps), sends those messages at once,
+// and records the round in one statement (ordo.finish_batch), which starts
+// each conversation's next message for the next round — each write behind
+// its conversation's fence. Anything else — a failed send, a conversation
+// whose row an import holds, a credential that cannot be read — is ended
+// one conversation at a time by the drain's own code, on the same
+// connection, which holds their locks. A conversation whose next message
+// needs a full drain (inbound, a retry) is released due at once, and
+// ordo.claim_batch stops at the first such conversation of the tenant, so
+// the tenant's order of due conversations holds; paced, paused and capped
+// tenants go through the per-conversation drain.
 
 // batchClaimQuery claims a batch (ordo.claim_batch). It goes first in a
 // claim's round trip (claimAndOpen); the one-conversation claim after it
@@ -41,20 +44,22 @@ SELECT conv, fence, conversation_id, message_pk, message_id, seq, payload, step_
 FROM ordo.claim_batch($1, $2, $3, $4, $5)`
 
 // finishBatchQuery records a batch's successful sends (ordo.finish_batch).
-const finishBatchQuery = `SELECT conv, finished, since_accepted FROM ordo.finish_batch($1, $2, $3, $4, $5, $6, $7, $8)`
+const finishBatchQuery = `
+SELECT conv, finished, since_accepted, next_message_pk, next_message_id, next_seq, next_payload, next_step_id
+FROM ordo.finish_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 
 // endBatchQuery ends a batch's lease once its last conversations were ended
 // one at a time.
 const endBatchQuery = `SELECT set_config('ordo.batch_lease', '', false), set_config('idle_session_timeout', '0', false)`
 
-// batch is what one ordo.claim_batch took: quiet conversations of one
-// tenant, each with its message's send step started.
+// batch is what one ordo.claim_batch took: conversations of one tenant,
+// each with its next message's send step started.
 type batch struct {
 	tenant       int64
 	max          int
 	convs        []batchConv
 	credentialAt *time.Time // the tenant's WhatsApp credential's stamp
-	more         bool       // another conversation of the tenant was due behind the batch
+	more         bool       // another of the tenant's conversations was due behind the batch
 }
 
 // batchConv is one conversation of a batch and what became of its send.
@@ -67,11 +72,19 @@ type batchConv struct {
 	providerID     string
 	err            error
 	recorded       bool // ordo.finish_batch recorded it
+	// goesOn: recorded, and its next message was started for the next round.
+	goesOn bool
 }
 
-// queue adds the batch's claim to a claim's round trip.
+// queue adds the batch's claim to a claim's round trip. A b.max of 0 asks
+// for as many as the round recorded before it in the same transaction
+// leaves (a refill: ordo.finish_batch).
 func (b *batch) queue(pb *pgx.Batch, lease int64, phone *string) {
-	pb.Queue(batchClaimQuery, lockNamespace, b.tenant, b.max, lease, phone).Query(func(rows pgx.Rows) error {
+	var max *int
+	if b.max > 0 {
+		max = &b.max
+	}
+	pb.Queue(batchClaimQuery, lockNamespace, b.tenant, max, lease, phone).Query(func(rows pgx.Rows) error {
 		defer rows.Close()
 		for rows.Next() {
 			var c batchConv
@@ -87,17 +100,33 @@ func (b *batch) queue(pb *pgx.Batch, lease int64, phone *string) {
 	})
 }
 
-// drainBatch sends b's messages at once and records them, ending every
-// conversation of the batch and giving its room back as each ends (one left
-// waiting for an import's row lock holds one worker's room, as its own
-// drain would); false when the connection cannot be used again (dropping
-// it releases what it still holds).
+// drainBatch drains b's conversations in rounds: each round sends one
+// message of every conversation at once and records the round in one write,
+// which also starts the next message of each conversation that has one (an
+// outbound message not started yet) for the next round, while the run is
+// within its bounds (Config.MaxMessagesPerRun, MaxRunTime, TurnSlice when
+// another tenant waits, a stop) — a drain's loop, set-based. A conversation
+// leaves the batch when it caught up, when its next message needs a full
+// drain (due again at once), or when its send failed (ended alone, as its
+// own drain would). Its room is given back as it leaves; false when the
+// connection cannot be used again (dropping it releases what it holds).
 func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, claimed time.Time, name string) bool {
 	d := r.drainer
-	open := len(b.convs)
-	defer func() { r.room.give(open) }()
+	started := time.Now()
+	// own is the room the batch holds: its conversations', and while the
+	// run goes on, that of those that left, for a refill to use.
+	own := len(b.convs)
+	defer func() { r.room.give(own) }()
+	giveBack := func(n int) { own -= n; r.room.give(n) }
+	drains := d.cfg.Metrics.DrainStarted
+	var done []func()
+	defer func() {
+		for _, f := range done {
+			f()
+		}
+	}()
 	for range b.convs {
-		defer d.cfg.Metrics.DrainStarted()()
+		done = append(done, drains())
 	}
 	cred, haveCred := d.creds.get(b.tenant, b.credentialAt)
 	if !haveCred {
@@ -109,84 +138,140 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 			cred, haveCred = c, true
 		}
 	}
-	if haveCred {
-		lease := d.cfg.Lease
-		callCtx, cancel := context.WithTimeout(ctx, min(d.cfg.SendTimeout, time.Until(claimed.Add(lease-leaseMargin(lease)))))
-		var wg sync.WaitGroup
-		for i := range b.convs {
-			c := &b.convs[i]
-			wg.Go(func() {
-				if d.hooks.beforeEffect != nil {
-					d.hooks.beforeEffect(c.st.id)
-				}
-				start := time.Now()
-				c.providerID, c.err = (&run{d: d, conversationID: c.conversationID, cred: &cred}).send(callCtx, &c.st)
-				c.sent = true
-				d.cfg.Metrics.Call("send", time.Since(start), c.err)
-				if d.hooks.afterEffect != nil {
-					d.hooks.afterEffect(c.st.id)
-				}
-			})
-		}
-		wg.Wait()
-		cancel()
-	}
-
-	// What was sent is recorded even when the worker is being stopped.
-	rctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-	defer cancelRecord()
-	if !r.finishBatch(rctx, conn, b) {
-		return false
-	}
-	for _, c := range b.convs {
-		if c.recorded {
-			open--
-			r.room.give(1)
-		}
-	}
-	var t *tenants.Tenant
-	for i := range b.convs {
-		c := &b.convs[i]
-		if c.recorded {
-			continue
-		}
-		if t == nil {
-			tt, err := d.tenants.ByID(rctx, b.tenant)
-			if err != nil {
-				d.logger.WarnContext(ctx, "batch: read tenant", slog.Int64("tenant_id", b.tenant), slog.String("error", err.Error()))
-				return false
-			}
-			t = &tt
-		}
-		var pc *whatsapp.Credential
+	var (
+		t      *tenants.Tenant // read for the first conversation ended alone
+		heard  = claimed       // when the last statement went out on conn
+		active = b.convs
+		ended  bool // the last write ended the batch's lease
+	)
+	for round := 0; len(active) > 0; round++ {
 		if haveCred {
-			pc = &cred
+			r.sendRound(ctx, active, &cred, heard)
 		}
-		if !r.endAlone(ctx, rctx, conn, b, c, *t, pc, name) {
+		goOn := round+1 < d.cfg.MaxMessagesPerRun && time.Since(started) <= d.cfg.MaxRunTime && !d.stopping.Load() &&
+			(d.turns == nil || time.Since(started) < d.cfg.TurnSlice || !d.turns.waiting(b.tenant))
+		failed := 0
+		for _, c := range active {
+			if !c.sent || c.err != nil {
+				failed++
+			}
+		}
+		// What was sent is recorded even when the worker is being stopped.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+		heard = time.Now()
+		var refill *batch
+		if goOn && haveCred && failed == 0 {
+			refill = &batch{tenant: b.tenant}
+		}
+		next, end, ok := r.finishRound(rctx, conn, active, goOn, own-failed, refill, &cred)
+		ended = end
+		if !ok {
+			cancel()
 			return false
 		}
-		open--
-		r.room.give(1)
+		if refill != nil && len(refill.convs) > 0 {
+			for range refill.convs {
+				done = append(done, drains())
+			}
+			next = append(next, refill.convs...)
+			ended = false
+		}
+		alone := 0
+		for _, c := range active {
+			if !c.recorded {
+				alone++
+			}
+		}
+		if surplus := own - len(next) - alone; surplus > 0 && (alone > 0 || len(next) == 0 || !goOn) {
+			// Kept for a refill only while the run goes on and nothing
+			// waits: one ended alone may wait for an import's row lock.
+			giveBack(surplus)
+		}
+		for i := range active {
+			c := &active[i]
+			if c.recorded {
+				continue
+			}
+			if t == nil {
+				tt, err := d.tenants.ByID(rctx, b.tenant)
+				if err != nil {
+					cancel()
+					d.logger.WarnContext(ctx, "batch: read tenant", slog.Int64("tenant_id", b.tenant), slog.String("error", err.Error()))
+					return false
+				}
+				t = &tt
+			}
+			var pc *whatsapp.Credential
+			if haveCred {
+				pc = &cred
+			}
+			heard = time.Now()
+			if !r.endAlone(ctx, rctx, conn, b, c, *t, pc, name) {
+				cancel()
+				return false
+			}
+			giveBack(1)
+		}
+		cancel()
+		active = next
 	}
-	if t != nil {
-		if _, err := conn.Exec(rctx, endBatchQuery); err != nil {
+	if !ended {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), endBatchQuery); err != nil {
 			return false
 		}
 	}
 	return true
 }
 
-// finishBatch records the batch's successful sends in one write; false when
-// the connection is in an unknown state. A send it did not record is left
-// for endAlone.
-func (r *Runner) finishBatch(ctx context.Context, conn *pgxpool.Conn, b *batch) bool {
+// sendRound sends one message of each conversation at once, each call
+// bounded by the batch's lease (heard: when the last statement went out on
+// its connection).
+func (r *Runner) sendRound(ctx context.Context, active []batchConv, cred *whatsapp.Credential, heard time.Time) {
 	d := r.drainer
-	n := len(b.convs)
+	lease := d.cfg.Lease
+	callCtx, cancel := context.WithTimeout(ctx, min(d.cfg.SendTimeout, time.Until(heard.Add(lease-leaseMargin(lease)))))
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range active {
+		c := &active[i]
+		wg.Go(func() {
+			if d.hooks.beforeEffect != nil {
+				d.hooks.beforeEffect(c.st.id)
+			}
+			start := time.Now()
+			c.providerID, c.err = (&run{d: d, conversationID: c.conversationID, cred: cred}).send(callCtx, &c.st)
+			c.sent = true
+			d.cfg.Metrics.Call("send", time.Since(start), c.err)
+			if d.hooks.afterEffect != nil {
+				d.hooks.afterEffect(c.st.id)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// finishRound records a round's successful sends in one write
+// (ordo.finish_batch) and returns the conversations that go on to a next
+// round, with their next message started; end says the write ended the
+// batch's lease. ok false: the connection is in an unknown state. A send it
+// did not record is left for endAlone.
+//
+// With refill, the same round trip claims as many of the tenant's
+// conversations as leave the batch (ordo.claim_batch after
+// ordo.finish_batch, one transaction): the batch stays full while the run
+// goes on, instead of its room going to claims of one.
+//
+// held is the room the batch holds for the conversations the write records
+// (its own and vacant room): a refill takes the room of those that leave,
+// once they are at least half of it.
+func (r *Runner) finishRound(ctx context.Context, conn *pgxpool.Conn, active []batchConv, goOn bool, held int, refill *batch, cred *whatsapp.Credential) (next []batchConv, end, ok bool) {
+	d := r.drainer
+	n := len(active)
 	convs, fences, steps, msgs, seqs := make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
 	pids := make([]string, 0, n)
 	byConv := make(map[int64]*batchConv, n)
-	for i := range b.convs {
-		c := &b.convs[i]
+	for i := range active {
+		c := &active[i]
 		if !c.sent || c.err != nil {
 			continue
 		}
@@ -198,35 +283,62 @@ func (r *Runner) finishBatch(ctx context.Context, conn *pgxpool.Conn, b *batch) 
 		byConv[c.conv] = c
 	}
 	if len(convs) == 0 {
-		return true
+		return nil, false, true
 	}
-	rows, _ := conn.Query(ctx, finishBatchQuery, lockNamespace, convs, fences, steps, msgs, seqs, pids, len(convs) == n)
-	var (
-		conv     int64
-		finished bool
-		since    time.Duration
-	)
-	_, err := pgx.ForEachRow(rows, []any{&conv, &finished, &since}, func() error {
-		if c := byConv[conv]; c != nil {
+	last := len(convs) == n // no failure to end alone after this write
+	pb := &pgx.Batch{}
+	recorded := 0
+	pb.Queue(finishBatchQuery, lockNamespace, convs, fences, steps, msgs, seqs, pids, goOn, last, held).Query(func(rows pgx.Rows) error {
+		var (
+			conv     int64
+			finished bool
+			since    time.Duration
+			nm       struct {
+				pk, seq, step *int64
+				id            *string
+				payload       []byte
+			}
+		)
+		_, err := pgx.ForEachRow(rows, []any{&conv, &finished, &since, &nm.pk, &nm.id, &nm.seq, &nm.payload, &nm.step}, func() error {
+			c := byConv[conv]
+			if c == nil {
+				return fmt.Errorf("batch: finish returned conversation %d, not in the round", conv)
+			}
+			recorded++
 			c.recorded = true
-			c.st.status = "done"
 			d.cfg.Metrics.Step("send", metrics.StepDone)
 			d.cfg.Metrics.AcceptToSend(since)
-		}
-		return nil
+			if nm.step != nil {
+				nc := batchConv{conv: c.conv, fence: c.fence, conversationID: c.conversationID,
+					m: message{pk: *nm.pk, id: *nm.id, seq: *nm.seq, direction: "outbound", payload: nm.payload}}
+				nc.st = step{id: *nm.step, kind: "send", status: "running", request: nc.m.payload, attempts: 1, started: true}
+				next = append(next, nc)
+				c.goesOn = true
+			}
+			return nil
+		})
+		return err
 	})
+	if refill != nil {
+		refill.queue(pb, d.cfg.Lease.Milliseconds(), &cred.PhoneNumberID)
+	}
+	err := conn.SendBatch(ctx, pb).Close()
 	if err != nil {
+		if refill != nil {
+			refill.convs = nil
+		}
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) {
 			d.logger.WarnContext(ctx, "batch: record sends", slog.String("error", err.Error()))
-			return false
+			return nil, false, false
 		}
 		// Rolled back: each is recorded alone.
 		for _, c := range byConv {
-			c.recorded = false
+			c.recorded, c.goesOn = false, false
 		}
+		return nil, false, true
 	}
-	return true
+	return next, last && recorded == len(convs) && len(next) == 0, true
 }
 
 // endAlone ends conversation c of batch b the way its own drain would: a

@@ -1,12 +1,11 @@
 -- ordo.claim_batch claims, for the calling session, up to p_max of tenant
--- p_tenant's due conversations that are quiet — one queued outbound message,
--- not yet started — and starts each one's send: the batched drain
--- (jobs/batch.go). A quiet message is what most conversations carry (issue
--- 11: a reply now and then); claiming and finishing them one conversation
--- at a time cost a transaction and five statements each way. Here a batch
--- costs one of each: the takeover (fence bumped under FOR UPDATE, ready row
--- running and due after the lease), the step's start (attempt 1, running)
--- and the message's status, set-based.
+-- p_tenant's due conversations whose next message is outbound and not
+-- started, and starts each one's send: the batched drain (jobs/batch.go).
+-- Claimed one at a time, a conversation cost a transaction of five
+-- statements (issue 11, `make bench` spread); here a batch costs one: the
+-- takeover (fence bumped under FOR UPDATE, ready row running and due after
+-- the lease), the step's start (attempt 1, running) and the message's
+-- status, set-based.
 --
 -- Only what needs nothing else qualifies: the tenant is not paused, not
 -- paced (send_rate 0), has no pair gap and no concurrency cap, its number
@@ -23,20 +22,25 @@
 -- ordo.claim_conversation claims nothing.
 --
 -- Locks: the conversations' session advisory locks (tried, never waited
--- for), then their rows FOR UPDATE SKIP LOCKED in the lock order
--- (conversation_id, bytes): a row another transaction holds (an
--- application's import) is left out of the batch rather than waited for, so
--- a batch never waits on a row lock while it holds others. Then steps,
--- messages and ready rows of the locked conversations (sql/LOCKING.md).
--- more says another due conversation of the tenant was left behind.
+-- for), then their rows FOR UPDATE SKIP LOCKED — never waited for either, so
+-- the order among them does not matter, and a row another transaction holds
+-- (an application's import) leaves its conversation out of the batch — then
+-- steps, messages and ready rows of the locked conversations
+-- (sql/LOCKING.md). more says another due conversation of the tenant was
+-- left behind. p_max NULL: refill a running batch (ordo.finish_batch).
 CREATE OR REPLACE FUNCTION ordo.claim_batch(p_lock int, p_tenant bigint, p_max int, p_lease_ms int, p_phone text)
 RETURNS TABLE (
     conv bigint, fence bigint, conversation_id text, message_pk bigint, message_id text, seq bigint,
     payload jsonb, step_id bigint, credential_at timestamptz, more boolean)
 LANGUAGE plpgsql
--- Walk the ready index in due order whatever the statistics say (as in
--- ordo.claim_conversation).
+-- Walk the ready index in due order, and reach the batch's rows by their
+-- keys, whatever the statistics say: without them (a new database, tables
+-- that grew since the last ANALYZE) Postgres sorted every due row of the
+-- tenant (as in ordo.claim_conversation) and scanned steps and
+-- conversations whole for a batch of eight (`make bench` spread: 0.5 ms a
+-- statement, growing with the tables).
 SET enable_sort = off
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -45,6 +49,8 @@ DECLARE
     v_ok    bigint[];
     v_more  boolean := false;
 BEGIN
+    -- NULL: as many as the round ordo.finish_batch just recorded leaves.
+    p_max := coalesce(p_max, nullif(current_setting('ordo.batch_left', true), '')::int, 0);
     PERFORM set_config('ordo.batch', '', true);
     IF p_max < 1 OR p_phone IS NULL OR p_tenant IS NULL OR NOT EXISTS (
             SELECT 1 FROM ordo.tenants t
@@ -55,14 +61,14 @@ BEGIN
     END IF;
     FOR v_cand IN
         SELECT r.conversation_pk AS id,
-               coalesce(c.halted_at IS NULL AND c.last_seq = c.head_seq + 1 AND c.send_slot_at IS NULL
+               coalesce(c.halted_at IS NULL AND c.send_slot_at IS NULL
                         AND m.direction = 'outbound'
                         AND NOT EXISTS (SELECT 1 FROM ordo.steps s WHERE s.message_pk = m.id), false) AS quiet
         FROM ordo.ready r
         JOIN ordo.conversations c ON c.id = r.conversation_pk
         LEFT JOIN ordo.messages m ON m.conversation_pk = c.id AND m.seq = c.head_seq + 1
         WHERE r.tenant_id = p_tenant AND r.due_at <= now()
-        ORDER BY r.due_at LIMIT p_max + 16
+        ORDER BY r.due_at LIMIT p_max + 4
     LOOP
         IF cardinality(v_convs) >= p_max THEN
             v_more := true;
@@ -82,19 +88,19 @@ BEGIN
     IF cardinality(v_convs) = 0 THEN
         RETURN;
     END IF;
-    -- Again under the row locks (a message may have come in since the
-    -- read above), and the message in a statement of its own: its snapshot
-    -- is taken after the locks, so it sees every write that came before.
+    -- Again under the row locks: a message may have come in, or the head
+    -- moved, since the read above. Row locks are only tried (SKIP LOCKED).
+    -- A conversation whose row changed is rechecked on its new version
+    -- against the message row read here, which then no longer matches a
+    -- moved head: it is left out (claimed by a later claim), never claimed
+    -- wrongly; steps of a locked conversation's message come only from
+    -- its lock holder.
     SELECT array_agg(l.id) INTO v_ok FROM (
         SELECT c.id FROM ordo.conversations c
-        WHERE c.id = ANY (v_convs) AND c.halted_at IS NULL AND c.last_seq = c.head_seq + 1 AND c.send_slot_at IS NULL
-        ORDER BY c.conversation_id COLLATE "C"
-        FOR UPDATE SKIP LOCKED) l;
-    SELECT array_agg(c.id) INTO v_ok
-    FROM ordo.conversations c
-    JOIN ordo.messages m ON m.conversation_pk = c.id AND m.seq = c.head_seq + 1
-    WHERE c.id = ANY (coalesce(v_ok, '{}')) AND m.direction = 'outbound'
-      AND NOT EXISTS (SELECT 1 FROM ordo.steps s WHERE s.message_pk = m.id);
+        JOIN ordo.messages m ON m.conversation_pk = c.id AND m.seq = c.head_seq + 1
+        WHERE c.id = ANY (v_convs) AND c.halted_at IS NULL AND c.send_slot_at IS NULL AND m.direction = 'outbound'
+          AND NOT EXISTS (SELECT 1 FROM ordo.steps s WHERE s.message_pk = m.id)
+        FOR UPDATE OF c SKIP LOCKED) l;
     PERFORM pg_advisory_unlock(p_lock, (x % 2147483647)::int)
     FROM unnest(v_convs) x WHERE x <> ALL (coalesce(v_ok, '{}'));
     IF v_ok IS NULL THEN

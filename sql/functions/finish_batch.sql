@@ -1,40 +1,67 @@
--- ordo.finish_batch records the sends of a batch ordo.claim_batch claimed
+-- ordo.finish_batch records a round of a batched drain's sends
 -- (jobs/batch.go): for each conversation p_convs[i] under fence p_fences[i],
 -- send step p_steps[i] of message p_messages[i] (seq p_seqs[i]) is done with
 -- provider id p_provider_ids[i], the message is done and the head moves to
 -- its seq — what ordo.finish_step does for a message's last step, set-based.
--- A conversation that caught up leaves the ready set; one that got a message
--- meanwhile is due again at once (a notification tells the runners). Each
--- recorded conversation's advisory lock (first key p_lock) is released.
 --
--- With p_end and every conversation recorded, the batch is over: the
--- session's lease ends (idle_session_timeout 0, ordo.batch_lease cleared).
+-- Then each recorded conversation:
+--   * caught up: leaves the ready set, and its advisory lock (first key
+--     p_lock) is released;
+--   * with more queued, p_next, and a next message that is outbound and not
+--     started: that message's send step is started (attempt 1, running) and
+--     returned (next_*): the conversation stays in the batch for the next
+--     round, as a drain's finish reads and starts the next message
+--     (ordo.next_step);
+--   * otherwise with more queued: due again now (a notification tells the
+--     runners) and released, for a claim to take it (a full drain for an
+--     inbound message or a retry).
+--
 -- It returns the conversations it recorded. One it did not — its fence
 -- moved (ORF01 for the caller's one-conversation finish), or another
 -- transaction holds its row (an application's import: the caller finishes
 -- it alone, waiting for that row only) — keeps its lock for the caller.
+-- With p_end, every conversation recorded and none going on, the batch is
+-- over: the session's lease ends (idle_session_timeout 0, ordo.batch_lease
+-- cleared). p_round is the room the batch holds for the conversations of
+-- this call (theirs, and that of conversations that left it before); the
+-- transaction-local setting ordo.batch_left is the part of it free after
+-- this call, once that is at least half (0 before): an ordo.claim_batch
+-- after this in the same transaction (p_max NULL) takes that many, so a
+-- batch stays full while its run goes on, in claims worth their cost.
 --
--- Locks: the conversation rows FOR NO KEY UPDATE SKIP LOCKED in the lock
--- order (conversation_id, bytes), never waited for while others are held;
--- then steps, messages, dead letters (a send Meta already reported
--- undelivered, as in ordo.finish_step) and ready rows (sql/LOCKING.md).
+-- Locks: the conversation rows FOR NO KEY UPDATE SKIP LOCKED — never waited
+-- for, so the order among them does not matter — then steps, messages, dead
+-- letters (a send Meta already reported undelivered, as in
+-- ordo.finish_step) and ready rows (sql/LOCKING.md).
 CREATE OR REPLACE FUNCTION ordo.finish_batch(
     p_lock int, p_convs bigint[], p_fences bigint[], p_steps bigint[], p_messages bigint[], p_seqs bigint[],
-    p_provider_ids text[], p_end boolean)
-RETURNS TABLE (conv bigint, finished boolean, since_accepted interval)
-LANGUAGE plpgsql AS $$
+    p_provider_ids text[], p_next boolean, p_end boolean, p_round int)
+RETURNS TABLE (
+    conv bigint, finished boolean, since_accepted interval,
+    next_message_pk bigint, next_message_id text, next_seq bigint, next_payload jsonb, next_step_id bigint)
+LANGUAGE plpgsql
+-- Reach the batch's rows by their keys whatever the statistics say (without
+-- them Postgres scanned steps and conversations whole for a batch of eight:
+-- ordo.claim_batch).
+SET enable_seqscan = off
+AS $$
 #variable_conflict use_column
 DECLARE
     v_convs       bigint[];
     v_caught      bigint[];
     v_more        bigint[];
     v_undelivered bigint[];
+    v_done        bigint[];
+    v_since       interval[];
+    v_next        bigint[] := '{}';
+    v_next_steps  bigint[] := '{}';
+    v_parked      bigint[];
     v_tenant      bigint;
 BEGIN
+    PERFORM set_config('ordo.batch_left', '0', true);
     WITH l AS (
         SELECT c.id FROM ordo.conversations c
         JOIN unnest(p_convs, p_fences) AS f(conv, fence) ON c.id = f.conv AND c.fence = f.fence
-        ORDER BY c.conversation_id COLLATE "C"
         FOR NO KEY UPDATE OF c SKIP LOCKED),
     h AS (
         UPDATE ordo.conversations c SET head_seq = f.seq
@@ -58,26 +85,57 @@ BEGIN
         PERFORM ordo.dead_letter_undelivered(v_undelivered);
     END IF;
 
-    RETURN QUERY
     WITH m AS (
         UPDATE ordo.messages m SET finished_at = now(), status = CASE WHEN v_undelivered IS NOT NULL AND EXISTS (
             SELECT 1 FROM ordo.steps s WHERE s.message_pk = m.id AND s.status = 'failed') THEN 'dead' ELSE 'done' END
         FROM unnest(p_convs, p_messages) AS f(conv, message)
         WHERE m.id = f.message AND f.conv = ANY (v_convs)
         RETURNING m.conversation_pk, clock_timestamp() - m.created_at AS since)
-    SELECT m.conversation_pk, m.conversation_pk = ANY (coalesce(v_caught, '{}')), m.since FROM m;
+    SELECT array_agg(m.conversation_pk), array_agg(m.since) INTO v_done, v_since FROM m;
+
+    IF p_next AND v_more IS NOT NULL THEN
+        WITH q AS (
+            SELECT m.conversation_pk AS conv, m.id AS mpk, m.payload
+            FROM unnest(p_convs, p_seqs) AS f(conv, seq)
+            JOIN ordo.messages m ON m.conversation_pk = f.conv AND m.seq = f.seq + 1
+            WHERE f.conv = ANY (v_more) AND m.direction = 'outbound'
+              AND NOT EXISTS (SELECT 1 FROM ordo.steps s WHERE s.message_pk = m.id)),
+        st AS (
+            INSERT INTO ordo.steps (message_pk, idx, kind, request, status, attempts, started_at)
+            SELECT q.mpk, 0, 'send', q.payload, 'running', 1, now() FROM q
+            RETURNING id, message_pk),
+        ms AS (
+            UPDATE ordo.messages m SET status = 'running' FROM q WHERE m.id = q.mpk AND m.status = 'queued')
+        SELECT coalesce(array_agg(q.conv), '{}'), coalesce(array_agg(st.id), '{}') INTO v_next, v_next_steps
+        FROM q JOIN st ON st.message_pk = q.mpk;
+    END IF;
+    SELECT array_agg(x) INTO v_parked FROM unnest(v_more) x WHERE x <> ALL (v_next);
+    -- A refill is worth its statement once half the batch's room is free;
+    -- none while a conversation of this call is left to the caller (it
+    -- may wait for an import's row lock: the batch should not wait too).
+    PERFORM set_config('ordo.batch_left',
+        CASE WHEN (p_round - cardinality(v_next)) * 2 >= p_round AND cardinality(v_convs) = cardinality(p_convs)
+             THEN p_round - cardinality(v_next) ELSE 0 END::text, true);
+
+    RETURN QUERY
+    SELECT d.conv, d.conv = ANY (coalesce(v_caught, '{}')), d.since, s.message_pk, nm.message_id, nm.seq, nm.payload, s.id
+    FROM unnest(v_done, v_since) AS d(conv, since)
+    LEFT JOIN unnest(v_next, v_next_steps) AS n(conv, step) ON n.conv = d.conv
+    LEFT JOIN ordo.steps s ON s.id = n.step
+    LEFT JOIN ordo.messages nm ON nm.id = s.message_pk;
 
     IF v_caught IS NOT NULL THEN
         DELETE FROM ordo.ready r WHERE r.conversation_pk = ANY (v_caught);
     END IF;
-    IF v_more IS NOT NULL THEN
-        UPDATE ordo.ready r SET due_at = now(), running = false, woken = false WHERE r.conversation_pk = ANY (v_more);
+    IF v_parked IS NOT NULL THEN
+        UPDATE ordo.ready r SET due_at = now(), running = false, woken = false WHERE r.conversation_pk = ANY (v_parked);
         PERFORM pg_notify('ordo_ready', v_tenant::text);
     END IF;
     -- As in ordo.finish_step: the next drain's takeover waits for this
     -- transaction's row locks, so it sees every write of this one.
-    PERFORM pg_advisory_unlock(p_lock, (x % 2147483647)::int) FROM unnest(v_convs) x;
-    IF p_end AND cardinality(v_convs) = cardinality(p_convs) THEN
+    PERFORM pg_advisory_unlock(p_lock, (x % 2147483647)::int)
+    FROM unnest(v_convs) x WHERE x <> ALL (v_next);
+    IF p_end AND cardinality(v_convs) = cardinality(p_convs) AND cardinality(v_next) = 0 THEN
         PERFORM set_config('ordo.batch_lease', '', false), set_config('idle_session_timeout', '0', false);
     END IF;
 END;
