@@ -162,6 +162,10 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 		var refill *batch
 		if goOn && haveCred && failed == 0 {
 			refill = &batch{tenant: b.tenant}
+			// Room freed meanwhile joins the running batch rather than
+			// starting a batch of its own: fewer, fuller batches cost less
+			// per message.
+			own += r.room.tryTake(r.cfg.BatchSize - own)
 		}
 		next, end, ok := r.finishRound(rctx, conn, active, goOn, own-failed, refill, &cred)
 		ended = end
