@@ -148,8 +148,11 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 		if haveCred {
 			r.sendRound(ctx, active, &cred, heard)
 		}
+		// As a drain at a message boundary: within its bounds, and after
+		// its turn (TurnSlice) the runner goes to a tenant that waits for
+		// one (handOff: the batch ends with this round).
 		goOn := round+1 < d.cfg.MaxMessagesPerRun && time.Since(started) <= d.cfg.MaxRunTime && !d.stopping.Load() &&
-			(d.turns == nil || time.Since(started) < d.cfg.TurnSlice || !d.turns.waiting(b.tenant))
+			(d.turns == nil || time.Since(started) < d.cfg.TurnSlice || !d.turns.handOff(b.tenant))
 		failed := 0
 		for _, c := range active {
 			if !c.sent || c.err != nil {

@@ -208,3 +208,107 @@ func TestBatchDoesNotWaitForAnImportHoldingOneConversation(t *testing.T) {
 		t.Fatal("no batch was claimed: the test proves nothing")
 	}
 }
+
+// A batch drains conversations with a backlog round by round — each
+// round's finish starts every conversation's next message — while another
+// message joins mid-run and a second worker process competes for the same
+// conversations: every message is sent once, in order.
+func TestBatchDrainsBacklogsInOrderOnce(t *testing.T) {
+	t.Parallel()
+	const convs, per = 30, 6
+	b := batchSetup(t, jobs.Config{Workers: 8, BatchSize: 8})
+	slowProvider(b, 5*time.Millisecond)
+	b.StartAnother()
+	ctx := context.Background()
+	want := map[string][]string{"warm": {"warm"}}
+	err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+		for m := range per {
+			for c := range convs {
+				conv, text := fmt.Sprintf("b%02d", c), fmt.Sprintf("b%02d-%d", c, m)
+				want[conv] = append(want[conv], text)
+				if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', $1, $2, 'outbound', $3::jsonb)`, conv, text, jobstest.Outbound(conv, text)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	b.WaitFor("a few sends", 10*time.Second, func() bool { return len(b.WhatsApp.Sends()) > 20 })
+	b.Ingest("b00", "b00-late", "b00-late")
+	want["b00"] = append(want["b00"], "b00-late")
+	b.WaitFor("every message sent", 30*time.Second, func() bool { return len(b.WhatsApp.Sends()) >= convs*per+2 })
+	b.WaitFor("every message done", 10*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`) == convs*per+2
+	})
+	if rep := whatsapptest.Check(b.WhatsApp.Sends(), want); !rep.OK() {
+		t.Fatal(rep.String())
+	}
+	if got := jobs.Batches(b.Runner); got == 0 {
+		t.Fatal("no batch was claimed: the test proves nothing")
+	}
+}
+
+// A tenant with nothing running gets a worker while a campaign's drains and
+// batches hold all of a process's room: one beyond Config.Workers (at most
+// the room's reserve). Without it the quiet message waited for the
+// campaign's round to end (`make bench` noisy: its p99 went from 10 ms to
+// 100-190 ms with batches); here the campaign's sends are held until the
+// quiet message has gone out.
+func TestTenantWithNothingRunningIsNotHeldBehindACampaignsRoom(t *testing.T) {
+	t.Parallel()
+	const workers = 4
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true, Config: jobs.Config{Workers: workers, BatchSize: 8, SendTimeout: 10 * time.Second, Lease: 15 * time.Second}})
+	gate := make(chan struct{})
+	var held atomic.Int64
+	b.WhatsApp.SetResponder(func(req whatsapptest.Send, attempt int) whatsapptest.Response {
+		if req.PhoneNumberID == "2000001" {
+			held.Add(1)
+			select {
+			case <-gate:
+			case <-time.After(8 * time.Second):
+			}
+		}
+		return whatsapptest.Default(req, attempt)
+	})
+	b.AddTenant("campaign", "2000001", tenants.UpdateParams{SendRate: ptr(0)})
+	b.AddTenant("quiet", "3000001", tenants.UpdateParams{SendRate: ptr(0)})
+	b.Start()
+	// Both tenants' credentials cached, so the campaign is claimed in batches.
+	b.IngestFor("quiet", "q0", "q0-1", "q0 one")
+	b.WaitFor("the quiet tenant's first send", 10*time.Second, func() bool { return len(b.WhatsApp.SendsTo("q0")) == 1 })
+	b.IngestFor("campaign", "warm", "warm-1", "warm")
+	b.WaitFor("the campaign's first send to be held", 10*time.Second, func() bool { return held.Load() == 1 })
+	close(gate)
+	b.WaitFor("the campaign's first send", 10*time.Second, func() bool { return len(b.WhatsApp.SendsTo("warm")) == 1 })
+	gate = make(chan struct{})
+	held.Store(0)
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error { // the campaign: an import
+		for c := range 20 {
+			conv := fmt.Sprintf("n%02d", c)
+			if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('campaign', $1, $1 || '-1', 'outbound', $2::jsonb)`, conv, jobstest.Outbound(conv, conv+" one")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	b.WaitFor("the process's room held by the campaign's sends", 10*time.Second, func() bool { return held.Load() >= workers })
+	b.IngestFor("quiet", "q1", "q1-1", "q1 one")
+	b.WaitFor("the quiet message sent while the campaign holds the room", 5*time.Second, func() bool {
+		return len(b.WhatsApp.SendsTo("q1")) == 1
+	})
+	if n := held.Load(); n > workers {
+		t.Fatalf("%d campaign sends in flight with %d workers: only the quiet tenant may go beyond the room", n, workers)
+	}
+	close(gate)
+	b.WaitFor("the campaign", 20*time.Second, func() bool { return len(b.WhatsApp.Sends()) >= 20+3 })
+	if got := jobs.Batches(b.Runner); got == 0 {
+		t.Fatal("no batch was claimed: the test proves nothing")
+	}
+}

@@ -70,8 +70,16 @@ type Runner struct {
 	claims, claimsEmpty atomic.Int64
 	// batches counts the claims that took a batch (batch.go).
 	batches atomic.Int64
-	room    *room
+	// lastBatch is when a runner of this process last claimed a batch
+	// (unix nanoseconds).
+	lastBatch atomic.Int64
+	room      *room
+	runners   int // runner jobs kept: Workers plus the room's reserve
 }
+
+// batchRecent is how long after a batch was claimed runners still wait for
+// room for half a batch (runDrains).
+const batchRecent = time.Second
 
 // NewRunner builds a Runner; Start starts it.
 func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants.Vault, logger *slog.Logger) (*Runner, error) {
@@ -82,7 +90,11 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	if need := int32(cfg.Workers + 5); pool.Config().MaxConns < need {
+	// Runners: one per worker, and as many again as the room may be
+	// overdrawn for urgent tenants (takeRoom): with every worker's runner
+	// in a campaign's drains, someone must be there to claim for them.
+	runners := cfg.Workers + reserveFor(cfg.Workers)
+	if need := int32(runners + 5); pool.Config().MaxConns < need {
 		// Each running drain holds a connection (its lock); River and the
 		// scheduler's listener need a few.
 		return nil, fmt.Errorf("jobs: the pool allows %d connections; %d workers need at least %d (set pool_max_conns)", pool.Config().MaxConns, cfg.Workers, need)
@@ -97,14 +109,16 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		pool:       pool,
 		queue:      "ordo-run-" + hex.EncodeToString(id[:]),
 		drainer:    newDrainer(cfg, pool, ts, vault, logger),
-		sched:      newScheduler(pool, cfg.FetchPollInterval, cfg.RefreshMin, cfg.Workers, logger),
+		sched:      newScheduler(pool, cfg.FetchPollInterval, cfg.RefreshMin, runners, logger),
 		reconciler: &reconciler{pool: pool, interval: cfg.OrphanInterval, logger: logger},
 		pruner:     NewPruner(pool, cfg.PruneBatch, logger),
 		interval:   cfg.PruneInterval,
 		topUp:      make(chan struct{}, 1),
-		room:       newRoom(cfg.Workers),
+		room:       newRoom(cfg.Workers, reserveFor(cfg.Workers)),
+		runners:    runners,
 	}
 	r.drainer.turns = r.sched
+	r.sched.onDue = r.room.poke
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &runnerWorker{r: r}); err != nil {
 		return nil, err
@@ -117,7 +131,7 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Schema: "ordo",
 		Queues: map[string]river.QueueConfig{
-			r.queue: {MaxWorkers: cfg.Workers},
+			r.queue: {MaxWorkers: runners},
 			Queue:   {MaxWorkers: SharedWorkersDefault},
 		},
 		Workers:           workers,
@@ -171,7 +185,7 @@ func (r *Runner) Start(ctx context.Context) error {
 // countRunners counts this process's runner jobs that are not finished.
 const countRunners = `SELECT count(*) FROM ordo.river_job WHERE queue = $1 AND finalized_at IS NULL`
 
-// keepRunners keeps Config.Workers runner jobs on this process's queue: at
+// keepRunners keeps r.runners runner jobs on this process's queue: at
 // the start, when one ends, and every topUpInterval.
 func (r *Runner) keepRunners(ctx context.Context) {
 	t := time.NewTicker(topUpInterval)
@@ -197,10 +211,10 @@ func (r *Runner) addRunners(ctx context.Context) error {
 	if err := r.pool.QueryRow(ctx, countRunners, r.queue).Scan(&n); err != nil {
 		return err
 	}
-	if n >= r.cfg.Workers {
+	if n >= r.runners {
 		return nil
 	}
-	params := make([]river.InsertManyParams, r.cfg.Workers-n)
+	params := make([]river.InsertManyParams, r.runners-n)
 	for i := range params {
 		params[i] = river.InsertManyParams{Args: RunnerArgs{}, InsertOpts: &river.InsertOpts{Queue: r.queue, MaxAttempts: 1}}
 	}
@@ -286,18 +300,14 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 	}
 	defer func() { drop(true) }()
 	for !d.stopping.Load() && time.Now().Before(end) && ctx.Err() == nil {
-		// Room for a batch, or at least for one drain (Config.Workers
-		// bounds the conversations the process drains at once).
-		// Room comes back in pieces (a drain's one, a batch's eight) and
-		// a batch costs about the same whatever its size: a runner waits a
-		// moment (TurnSlice) for room for half a batch before it takes less,
-		// so that room freed gathers into full batches instead of
-		// scattering into batches of one or two (`make bench` spread).
-		room := r.room.take(ctx, r.cfg.BatchSize, max(1, r.cfg.BatchSize/2), r.cfg.TurnSlice)
+		room, t, urgent := r.takeRoom(ctx)
 		if room == 0 {
 			continue // stopping
 		}
-		t, ok := r.sched.pick(ctx)
+		ok := urgent
+		if !urgent {
+			t, ok = r.sched.pick(ctx)
+		}
 		if !ok {
 			r.room.give(room)
 			drop(true)
@@ -341,6 +351,8 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 		if bt != nil && len(bt.convs) > 0 {
 			r.room.give(room - len(bt.convs))
 			r.batches.Add(1)
+			d.cfg.Metrics.BatchClaimed()
+			r.lastBatch.Store(time.Now().UnixNano())
 			r.sched.passOn(t.tenant, bt.more)
 			if !r.drainBatch(ctx, conn, bt, claimed, name) { // gives back the batch's room
 				drop(false)
@@ -370,58 +382,134 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 	return nil
 }
 
-// room counts the conversations a process may still take on: Config.Workers
-// in all, shared by the runners' drains and batches.
-type room struct {
-	mu      sync.Mutex
-	free    int
-	stopped bool
-	freed   chan struct{} // closed (and replaced) when room is given back
-}
-
-func newRoom(n int) *room { return &room{free: n, freed: make(chan struct{})} }
-
-// take waits until there is room for want (or, after patience, for one)
-// and takes up to max; 0 when stopped.
-func (r *room) take(ctx context.Context, max, want int, patience time.Duration) int {
+// takeRoom waits for room for a claim: for a batch, or at least for one
+// drain (Config.Workers bounds the conversations a process drains at once).
+// Room comes back in pieces (a drain's one, a batch's eight) and a batch
+// costs about the same whatever its size, so while batches run a runner
+// waits a moment (TurnSlice) for room for half a batch before it takes
+// less: room freed gathers into full batches instead of scattering into
+// batches of one or two (`make bench` spread: 0.63 of river-plain without
+// this, 0.9 with it). When there is none, a tenant that waits and has
+// nothing running here gets one beyond the room (urgent: t is its turn),
+// at most the room's reserve at once: a campaign's batches, which end their
+// rounds together, never stand between a quiet tenant and a worker
+// (`make bench` noisy).
+func (r *Runner) takeRoom(ctx context.Context) (n int, t turn, urgent bool) {
+	want := 1
+	if time.Since(time.Unix(0, r.lastBatch.Load())) < batchRecent {
+		want = max(1, r.cfg.BatchSize/2)
+	}
 	var late <-chan time.Time
 	for {
-		r.mu.Lock()
-		if r.stopped {
-			r.mu.Unlock()
-			return 0
+		changed, stopped := r.room.changed()
+		if stopped || ctx.Err() != nil {
+			return 0, turn{}, false
 		}
-		if r.free >= want || (r.free > 0 && want == 1) {
-			n := min(r.free, max)
-			r.free -= n
-			r.mu.Unlock()
-			return n
+		// An urgent tenant first: the round may be on a campaign's tenant
+		// now, whose batches would take the room before the round reached
+		// the tenant that waits.
+		if t, prev, ok := r.sched.urgent(ctx); ok {
+			if r.room.grab(1, 1) == 1 || r.room.overdraw() {
+				return 1, t, true
+			}
+			r.sched.unpick(t.tenant, prev) // as much overdrawn as may be
 		}
-		freed := r.freed
-		r.mu.Unlock()
+		if n := r.room.grab(r.cfg.BatchSize, want); n > 0 {
+			return n, turn{}, false
+		}
 		if late == nil && want > 1 {
-			t := time.NewTimer(patience)
-			defer t.Stop()
-			late = t.C
+			timer := time.NewTimer(r.cfg.TurnSlice)
+			defer timer.Stop()
+			late = timer.C
 		}
 		select {
-		case <-freed:
+		case <-changed:
 		case <-late:
 			want = 1
 		case <-ctx.Done():
-			return 0
 		}
 	}
 }
 
-// tryTake takes up to max without waiting.
+// room counts the conversations a process may still take on: Config.Workers
+// in all, shared by the runners' drains and batches. The last reserve of it
+// goes only to drains of one conversation, so that batches never fill a
+// process, and as much again may be overdrawn for urgent tenants
+// (takeRoom).
+type room struct {
+	mu      sync.Mutex
+	free    int // below 0 while overdrawn
+	reserve int
+	stopped bool
+	freed   chan struct{} // closed (and replaced) when room is given back, or poked
+}
+
+func newRoom(n, reserve int) *room {
+	return &room{free: n, reserve: reserve, freed: make(chan struct{})}
+}
+
+// reserveFor is the room a process of workers keeps for single drains.
+func reserveFor(workers int) int { return max(1, workers/8) }
+
+// grab takes up to max beside the reserve when that is at least want, or
+// one, reserve included, when want is 1; 0 when it cannot.
+func (r *room) grab(max, want int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return 0
+	}
+	if beside := r.free - r.reserve; beside >= want && beside > 0 {
+		n := min(beside, max)
+		r.free -= n
+		return n
+	}
+	if r.free > 0 && want == 1 {
+		r.free--
+		return 1
+	}
+	return 0
+}
+
+// overdraw takes one beyond the room, at most reserve beyond it at once.
+func (r *room) overdraw() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped || r.free <= -r.reserve {
+		return false
+	}
+	r.free--
+	return true
+}
+
+// changed is closed when room is given back or poked; stopped says the
+// room is stopped.
+func (r *room) changed() (<-chan struct{}, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.freed, r.stopped
+}
+
+// poke wakes the runners waiting for room (a conversation became due: a
+// tenant may be urgent).
+func (r *room) poke() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	close(r.freed)
+	r.freed = make(chan struct{})
+}
+
+// tryTake takes up to max beside the reserve, without waiting.
 func (r *room) tryTake(max int) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
 		return 0
 	}
-	n := min(r.free, max)
+	n := min(r.free-r.reserve, max)
+	if n <= 0 {
+		return 0
+	}
 	r.free -= n
 	return n
 }

@@ -122,13 +122,20 @@ type scheduler struct {
 	// round and claimed in a loop: 30 to 50 empty claims per message with
 	// idle runners, and without end beside a tenant at its cap.
 	blocked map[int64]time.Time
+	// running counts each tenant's drains and batches in this process
+	// (passOn to released): a tenant with none that waits may have a
+	// worker beyond the process's room (urgent).
+	running map[int64]int
+	// onDue, if set, is told that a conversation became due (the runner's
+	// room wakes the runners waiting for room, to look for urgent tenants).
+	onDue func()
 }
 
 // newScheduler builds the scheduler of a process whose runners number
 // runners.
 func newScheduler(pool *pgxpool.Pool, poll, refreshMin time.Duration, runners int, logger *slog.Logger) *scheduler {
 	return &scheduler{pool: pool, poll: poll, refreshMin: refreshMin, logger: logger, stale: true, maxWakeups: runners,
-		dueAt: map[int64]time.Time{}, pickedAt: map[int64]time.Time{}, known: map[int64]turn{}, blocked: map[int64]time.Time{}}
+		dueAt: map[int64]time.Time{}, pickedAt: map[int64]time.Time{}, known: map[int64]turn{}, blocked: map[int64]time.Time{}, running: map[int64]int{}}
 }
 
 // noteDue records that a conversation of tenant became due (0: unknown)
@@ -144,6 +151,53 @@ func (s *scheduler) noteDue(tenant int64) {
 	}
 	s.stale = true
 	s.wakeLocked()
+	if s.onDue != nil {
+		s.onDue()
+	}
+}
+
+// urgent returns a tenant that waits for a worker (due since it was last
+// picked) and has no drain in this process, and counts it as picked: the
+// one kind of claim that may go beyond the process's room (runner.go), so
+// that a quiet tenant never waits for a campaign's batches to end a round.
+// prev is when it was picked before, for unpick.
+func (s *scheduler) urgent(ctx context.Context) (t turn, prev time.Time, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.handed) > 0 {
+		return turn{}, time.Time{}, false // a drain stopped its turn for them: pick's first
+	}
+	refreshed := false
+	for id, at := range s.dueAt {
+		if _, blocked := s.blocked[id]; blocked || s.running[id] > 0 || !at.After(s.pickedAt[id]) {
+			continue
+		}
+		t, known := s.known[id]
+		if !known && !refreshed {
+			// Not seen by a refresh yet (a new process): read its weight
+			// and cap first, as pick does for a handed tenant.
+			refreshed, s.stale = true, true
+			if err := s.newRound(ctx); err != nil {
+				return turn{}, time.Time{}, false
+			}
+			t, known = s.known[id]
+		}
+		if !known {
+			continue
+		}
+		prev = s.pickedAt[id]
+		s.pickedAt[id] = time.Now()
+		return t, prev, true
+	}
+	return turn{}, time.Time{}, false
+}
+
+// unpick undoes urgent's pick of tenant (picked before at prev): no room
+// could be had for it.
+func (s *scheduler) unpick(tenant int64, prev time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pickedAt[tenant] = prev
 }
 
 // waitingOther returns a tenant other than mine that is waiting for a
@@ -186,6 +240,9 @@ func (s *scheduler) released(tenant int64, capped bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.blocked, tenant)
+	if s.running[tenant]--; s.running[tenant] <= 0 {
+		delete(s.running, tenant)
+	}
 	if capped {
 		s.stale = true
 		s.wakeLocked()
@@ -232,6 +289,7 @@ func (s *scheduler) passOn(tenant int64, more bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.blocked, tenant)
+	s.running[tenant]++
 	if !more {
 		s.leave(tenant)
 		return

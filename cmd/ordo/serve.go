@@ -22,6 +22,7 @@ func runServe(ctx context.Context, env *cli.Env, args []string) error {
 	// Zero keeps jobs.Config's default; the chaos run shortens them so that
 	// stalls and crashes are detected within seconds.
 	var jc jobs.Config
+	fs.IntVar(&jc.BatchSize, "batch-size", 0, fmt.Sprintf("quiet conversations of an unpaced tenant one worker claims and sends at once; they count against --workers; 1 turns batching off (default %d)", jobs.BatchSizeDefault))
 	fs.DurationVar(&jc.Lease, "lease", 0, fmt.Sprintf("how long a stalled or dead drain keeps its conversation (default %s)", jobs.LeaseDefault))
 	fs.DurationVar(&jc.SendTimeout, "send-timeout", 0, "bound on one WhatsApp send (default 10s)")
 	fs.DurationVar(&jc.HandlerTimeout, "handler-timeout", 0, fmt.Sprintf("cap on any tenant's handler call (each tenant's own is its handler_timeout, `ordo tenant update --handler-timeout`) (default %s)", jobs.HandlerTimeoutDefault))

@@ -90,6 +90,7 @@ type Metrics struct {
 	httpSeconds      *prometheus.HistogramVec
 	drainsRunning    prometheus.Gauge
 	drainRunsStarted prometheus.Counter
+	drainBatches     prometheus.Counter
 }
 
 // Sources of an accepted message.
@@ -172,6 +173,10 @@ func New(cfg Config) (*Metrics, error) {
 			Namespace: Namespace, Name: "drain_runs_total",
 			Help: "Drain runs this process started (a claimed conversation each).",
 		}),
+		drainBatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "drain_batches_total",
+			Help: "Batches of conversations this process claimed and drained together (the batched drain).",
+		}),
 	}
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "build_info",
@@ -181,7 +186,7 @@ func New(cfg Config) (*Metrics, error) {
 	build.Set(1)
 	cs := []prometheus.Collector{
 		m.accepted, m.duplicates, m.steps, m.sendSeconds, m.handlerSeconds, m.acceptToSend,
-		m.webhooks, m.webhookStatuses, m.httpRequests, m.httpSeconds, m.drainsRunning, m.drainRunsStarted, build,
+		m.webhooks, m.webhookStatuses, m.httpRequests, m.httpSeconds, m.drainsRunning, m.drainRunsStarted, m.drainBatches, build,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
@@ -290,6 +295,13 @@ func (m *Metrics) HTTP(route, method string, code int, d time.Duration) {
 	}
 	m.httpRequests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
 	m.httpSeconds.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// BatchClaimed counts a batch of conversations claimed together.
+func (m *Metrics) BatchClaimed() {
+	if m != nil {
+		m.drainBatches.Inc()
+	}
 }
 
 // DrainStarted counts a drain run and returns the function that ends it.
