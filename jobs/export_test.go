@@ -48,10 +48,10 @@ func TenantWaiting(r *Runner, tenant int64) bool {
 func Batches(r *Runner) int64 { return r.batches.Load() }
 
 // NoOverdraft keeps r's runners within Config.Workers even for a tenant
-// with nothing running (no reserve to overdraw), for tests of what a
-// waiting tenant gets when no runner may go beyond the room.
+// with nothing running (no overdraft), for tests of what a waiting tenant
+// gets when no runner may go beyond the room.
 func NoOverdraft(r *Runner) {
 	r.room.mu.Lock()
 	defer r.room.mu.Unlock()
-	r.room.reserve = 0
+	r.room.over = 0
 }

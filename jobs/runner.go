@@ -74,7 +74,7 @@ type Runner struct {
 	// (unix nanoseconds).
 	lastBatch atomic.Int64
 	room      *room
-	runners   int // runner jobs kept: Workers plus the room's reserve
+	runners   int // runner jobs kept: Workers plus the room's overdraft
 }
 
 // batchRecent is how long after a batch was claimed runners still wait for
@@ -93,7 +93,7 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 	// Runners: one per worker, and as many again as the room may be
 	// overdrawn for urgent tenants (takeRoom): with every worker's runner
 	// in a campaign's drains, someone must be there to claim for them.
-	runners := cfg.Workers + reserveFor(cfg.Workers)
+	runners := cfg.Workers + overdraftFor(cfg.Workers)
 	if need := int32(runners + 5); pool.Config().MaxConns < need {
 		// Each running drain holds a connection (its lock); River and the
 		// scheduler's listener need a few.
@@ -114,7 +114,7 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		pruner:     NewPruner(pool, cfg.PruneBatch, logger),
 		interval:   cfg.PruneInterval,
 		topUp:      make(chan struct{}, 1),
-		room:       newRoom(cfg.Workers, reserveFor(cfg.Workers)),
+		room:       newRoom(cfg.Workers, overdraftFor(cfg.Workers)),
 		runners:    runners,
 	}
 	r.drainer.turns = r.sched
@@ -391,7 +391,7 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 // batches of one or two (`make bench` spread: 0.63 of river-plain without
 // this, 0.9 with it). When there is none, a tenant that waits and has
 // nothing running here gets one beyond the room (urgent: t is its turn),
-// at most the room's reserve at once: a campaign's batches, which end their
+// at most overdraftFor(Workers) at once: a campaign's batches, which end their
 // rounds together, never stand between a quiet tenant and a worker
 // (`make bench` noisy).
 func (r *Runner) takeRoom(ctx context.Context) (n int, t turn, urgent bool) {
@@ -405,17 +405,17 @@ func (r *Runner) takeRoom(ctx context.Context) (n int, t turn, urgent bool) {
 		if stopped || ctx.Err() != nil {
 			return 0, turn{}, false
 		}
-		// An urgent tenant first: the round may be on a campaign's tenant
-		// now, whose batches would take the room before the round reached
-		// the tenant that waits.
+		if n := r.room.grab(r.cfg.BatchSize, want); n > 0 {
+			return n, turn{}, false // pick serves urgent tenants first
+		}
 		if t, prev, ok := r.sched.urgent(ctx); ok {
-			if r.room.grab(1, 1) == 1 || r.room.overdraw() {
+			if n := r.room.grab(r.cfg.BatchSize, 1); n > 0 {
+				return n, t, true
+			}
+			if r.room.overdraw() {
 				return 1, t, true
 			}
 			r.sched.unpick(t.tenant, prev) // as much overdrawn as may be
-		}
-		if n := r.room.grab(r.cfg.BatchSize, want); n > 0 {
-			return n, turn{}, false
 		}
 		if late == nil && want > 1 {
 			timer := time.NewTimer(r.cfg.TurnSlice)
@@ -432,50 +432,40 @@ func (r *Runner) takeRoom(ctx context.Context) (n int, t turn, urgent bool) {
 }
 
 // room counts the conversations a process may still take on: Config.Workers
-// in all, shared by the runners' drains and batches. The last reserve of it
-// goes only to drains of one conversation, so that batches never fill a
-// process, and as much again may be overdrawn for urgent tenants
-// (takeRoom).
+// in all, shared by the runners' drains and batches, and overdrawn by at
+// most over for urgent tenants (takeRoom).
 type room struct {
 	mu      sync.Mutex
 	free    int // below 0 while overdrawn
-	reserve int
+	over    int
 	stopped bool
 	freed   chan struct{} // closed (and replaced) when room is given back, or poked
 }
 
-func newRoom(n, reserve int) *room {
-	return &room{free: n, reserve: reserve, freed: make(chan struct{})}
-}
+func newRoom(n, over int) *room { return &room{free: n, over: over, freed: make(chan struct{})} }
 
-// reserveFor is the room a process of workers keeps for single drains.
-func reserveFor(workers int) int { return max(1, workers/8) }
+// overdraftFor is how far beyond its room a process of workers goes for
+// urgent tenants, and how many runners it keeps beyond workers for them.
+func overdraftFor(workers int) int { return max(1, workers/8) }
 
-// grab takes up to max beside the reserve when that is at least want, or
-// one, reserve included, when want is 1; 0 when it cannot.
-func (r *room) grab(max, want int) int {
+// grab takes up to most when at least want (1 or more) is free; 0 when
+// it cannot.
+func (r *room) grab(most, want int) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.stopped {
+	if r.stopped || r.free < want || r.free <= 0 {
 		return 0
 	}
-	if beside := r.free - r.reserve; beside >= want && beside > 0 {
-		n := min(beside, max)
-		r.free -= n
-		return n
-	}
-	if r.free > 0 && want == 1 {
-		r.free--
-		return 1
-	}
-	return 0
+	n := min(r.free, most)
+	r.free -= n
+	return n
 }
 
-// overdraw takes one beyond the room, at most reserve beyond it at once.
+// overdraw takes one beyond the room, at most over beyond it at once.
 func (r *room) overdraw() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.stopped || r.free <= -r.reserve {
+	if r.stopped || r.free <= -r.over {
 		return false
 	}
 	r.free--
@@ -499,20 +489,8 @@ func (r *room) poke() {
 	r.freed = make(chan struct{})
 }
 
-// tryTake takes up to max beside the reserve, without waiting.
-func (r *room) tryTake(max int) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped {
-		return 0
-	}
-	n := min(r.free-r.reserve, max)
-	if n <= 0 {
-		return 0
-	}
-	r.free -= n
-	return n
-}
+// tryTake takes up to most, without waiting.
+func (r *room) tryTake(most int) int { return r.grab(most, 1) }
 
 // give returns n taken by take.
 func (r *room) give(n int) {

@@ -55,6 +55,12 @@ import (
 //     (handOff). A burst of long conversations thus delays a quiet tenant
 //     by about a slice and a message, not a whole conversation; with no one
 //     waiting, drains run their conversations to the end.
+//   - A tenant that waits and has nothing running in this process is
+//     urgent: pick serves it before the round (after handed tenants), and
+//     a runner finding no room serves it beyond the room (runner.go,
+//     takeRoom). Batches
+//     (batch.go) end their rounds together; without this a quiet tenant
+//     waited for a campaign's whole round.
 
 // ActiveTenantsQuery lists each tenant with a conversation in the ready set
 // and its earliest due time: a loose index scan of ready_tenant_due_idx, one
@@ -164,6 +170,11 @@ func (s *scheduler) noteDue(tenant int64) {
 func (s *scheduler) urgent(ctx context.Context) (t turn, prev time.Time, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.urgentLocked(ctx)
+}
+
+// urgentLocked is urgent, called with mu held.
+func (s *scheduler) urgentLocked(ctx context.Context) (t turn, prev time.Time, ok bool) {
 	if len(s.handed) > 0 {
 		return turn{}, time.Time{}, false // a drain stopped its turn for them: pick's first
 	}
@@ -331,6 +342,12 @@ func (s *scheduler) pick(ctx context.Context) (turn, bool) {
 		if ok {
 			return t, true
 		}
+	}
+	// Then a tenant that waits with nothing running here: the round may be
+	// on a campaign's tenant, whose batches would take the room before the
+	// round reached it.
+	if t, _, ok := s.urgentLocked(ctx); ok {
+		return t, true
 	}
 	if s.pos >= len(s.round) {
 		if err := s.newRound(ctx); err != nil {
