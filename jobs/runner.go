@@ -393,7 +393,9 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 // nothing running here gets one beyond the room (urgent: t is its turn),
 // at most overdraftFor(Workers) at once: a campaign's batches, which end their
 // rounds together, never stand between a quiet tenant and a worker
-// (`make bench` noisy).
+// (`make bench` noisy). A campaign that starts while the room is full is
+// such a tenant too; its drain then holds the overdraft until its next
+// message boundary, where it hands its runner to a tenant that waits.
 func (r *Runner) takeRoom(ctx context.Context) (n int, t turn, urgent bool) {
 	want := 1
 	if time.Since(time.Unix(0, r.lastBatch.Load())) < batchRecent {
