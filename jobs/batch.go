@@ -168,7 +168,7 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 			// Room freed meanwhile joins the running batch rather than
 			// starting a batch of its own: fewer, fuller batches cost less
 			// per message.
-			own += r.room.tryTake(r.cfg.BatchSize - own)
+			own += r.room.grab(r.cfg.BatchSize-own, 1)
 		}
 		next, end, ok := r.finishRound(rctx, conn, active, goOn, own-failed, refill, &cred)
 		ended = end
