@@ -72,8 +72,15 @@ type batchConv struct {
 	providerID     string
 	err            error
 	recorded       bool // ordo.finish_batch recorded it
-	// goesOn: recorded, and its next message was started for the next round.
-	goesOn bool
+}
+
+// startedSend is conversation conv (fence, conversationID) with outbound
+// message m, whose send step stepID the claim or the previous round's
+// finish started (attempt 1, running).
+func startedSend(conv, fence int64, conversationID string, m message, stepID int64) batchConv {
+	m.direction = "outbound"
+	return batchConv{conv: conv, fence: fence, conversationID: conversationID, m: m,
+		st: step{id: stepID, kind: "send", status: "running", request: m.payload, attempts: 1, started: true}}
 }
 
 // queue adds the batch's claim to a claim's round trip. A b.max of 0 asks
@@ -87,14 +94,15 @@ func (b *batch) queue(pb *pgx.Batch, lease int64, phone *string) {
 	pb.Queue(batchClaimQuery, lockNamespace, b.tenant, max, lease, phone).Query(func(rows pgx.Rows) error {
 		defer rows.Close()
 		for rows.Next() {
-			var c batchConv
-			if err := rows.Scan(&c.conv, &c.fence, &c.conversationID, &c.m.pk, &c.m.id, &c.m.seq, &c.m.payload,
-				&c.st.id, &b.credentialAt, &b.more); err != nil {
+			var (
+				conv, fence, stepID int64
+				convID              string
+				m                   message
+			)
+			if err := rows.Scan(&conv, &fence, &convID, &m.pk, &m.id, &m.seq, &m.payload, &stepID, &b.credentialAt, &b.more); err != nil {
 				return err
 			}
-			c.m.direction = "outbound"
-			c.st = step{id: c.st.id, kind: "send", status: "running", request: c.m.payload, attempts: 1, started: true}
-			b.convs = append(b.convs, c)
+			b.convs = append(b.convs, startedSend(conv, fence, convID, m, stepID))
 		}
 		return rows.Err()
 	})
@@ -137,6 +145,10 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 			d.creds.put(b.tenant, b.credentialAt, c)
 			cred, haveCred = c, true
 		}
+	}
+	var pc *whatsapp.Credential // the batch's credential for those ended alone; nil: none
+	if haveCred {
+		pc = &cred
 	}
 	var (
 		t      *tenants.Tenant // read for the first conversation ended alone
@@ -207,10 +219,6 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 					return false
 				}
 				t = &tt
-			}
-			var pc *whatsapp.Credential
-			if haveCred {
-				pc = &cred
 			}
 			heard = time.Now()
 			if !r.endAlone(ctx, rctx, conn, b, c, *t, pc, name) {
@@ -297,16 +305,16 @@ func (r *Runner) finishRound(ctx context.Context, conn *pgxpool.Conn, active []b
 	recorded := 0
 	pb.Queue(finishBatchQuery, lockNamespace, convs, fences, steps, msgs, seqs, pids, goOn, last, held).Query(func(rows pgx.Rows) error {
 		var (
-			conv     int64
-			finished bool
-			since    time.Duration
-			nm       struct {
+			conv  int64
+			since time.Duration
+			nm    struct {
 				pk, seq, step *int64
 				id            *string
 				payload       []byte
 			}
 		)
-		_, err := pgx.ForEachRow(rows, []any{&conv, &finished, &since, &nm.pk, &nm.id, &nm.seq, &nm.payload, &nm.step}, func() error {
+		// finished (caught up) is not needed here: the write ended those.
+		_, err := pgx.ForEachRow(rows, []any{&conv, nil, &since, &nm.pk, &nm.id, &nm.seq, &nm.payload, &nm.step}, func() error {
 			c := byConv[conv]
 			if c == nil {
 				return fmt.Errorf("batch: finish returned conversation %d, not in the round", conv)
@@ -316,11 +324,8 @@ func (r *Runner) finishRound(ctx context.Context, conn *pgxpool.Conn, active []b
 			d.cfg.Metrics.Step("send", metrics.StepDone)
 			d.cfg.Metrics.AcceptToSend(since)
 			if nm.step != nil {
-				nc := batchConv{conv: c.conv, fence: c.fence, conversationID: c.conversationID,
-					m: message{pk: *nm.pk, id: *nm.id, seq: *nm.seq, direction: "outbound", payload: nm.payload}}
-				nc.st = step{id: *nm.step, kind: "send", status: "running", request: nc.m.payload, attempts: 1, started: true}
-				next = append(next, nc)
-				c.goesOn = true
+				next = append(next, startedSend(c.conv, c.fence, c.conversationID,
+					message{pk: *nm.pk, id: *nm.id, seq: *nm.seq, payload: nm.payload}, *nm.step))
 			}
 			return nil
 		})
@@ -341,7 +346,7 @@ func (r *Runner) finishRound(ctx context.Context, conn *pgxpool.Conn, active []b
 		}
 		// Rolled back: each is recorded alone.
 		for _, c := range byConv {
-			c.recorded, c.goesOn = false, false
+			c.recorded = false
 		}
 		return nil, false, true
 	}
