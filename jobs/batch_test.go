@@ -58,8 +58,10 @@ func importQuiet(t *testing.T, b *jobstest.Bundle, prefix string, n int) {
 }
 
 // Quiet conversations go out in batches, each message once, and the
-// process never has more conversations in flight than Config.Workers,
-// however many a batch could hold (issue 11).
+// process never has more conversations in flight than Config.Workers plus
+// its overdraft for a waiting tenant with nothing running (Workers/8, at
+// least 1: between a runner's pick and its claim the tenant has nothing
+// running yet), however many a batch could hold (issue 11).
 func TestQuietConversationsAreSentInBatchesWithinWorkers(t *testing.T) {
 	t.Parallel()
 	const workers, n = 4, 60
@@ -87,8 +89,8 @@ func TestQuietConversationsAreSentInBatchesWithinWorkers(t *testing.T) {
 	if got := jobs.Batches(b.Runner); got == 0 {
 		t.Fatal("no batch was claimed: the test proves nothing")
 	}
-	if m := most.Load(); m > workers {
-		t.Fatalf("%d sends in flight at once with %d workers", m, workers)
+	if m := most.Load(); m > workers+1 {
+		t.Fatalf("%d sends in flight at once with %d workers (and an overdraft of 1)", m, workers)
 	}
 	b.WaitFor("the ready set to empty", 5*time.Second, func() bool { return b.Count(`SELECT count(*) FROM ordo.ready`) == 0 })
 	if held := b.Count(heldLocks); held != 0 {
