@@ -52,8 +52,12 @@ func secondRunner(t *testing.T, b *jobstest.Bundle, workers int, onSend func()) 
 // A 200 msg/s offered load over many conversations of one phone number,
 // drained by two worker processes, reaches the Cloud API at the number's 80
 // msg/s: the pacing lives in Postgres, so two processes share one budget.
+//
+// Not parallel: it judges send times at the provider, and the package's
+// parallel tests (the batched drain's push hundreds of sends) starved it
+// into 90 sends in one second from delayed claims under make test, twice
+// today; alone it measures 82-88 against the bound of 88.
 func TestPacingHoldsRateAcrossTwoRunners(t *testing.T) {
-	t.Parallel()
 	const (
 		rate    = 80 // the tenant's default send_rate
 		offered = 200
