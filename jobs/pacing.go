@@ -14,7 +14,11 @@ import (
 //     1/send_rate. The slot is kept on the conversation (send_slot_at) until
 //     it comes: a drain sleeps until it when it is near (PaceMaxSleep) and
 //     otherwise snoozes until then, and either way gets that same slot
-//     back, so it never polls and never loses its place;
+//     back, so it never polls and never loses its place. A slot is a place
+//     in line, not a licence: the number's sends so far (sent_until) space
+//     every send 1/send_rate apart with 50 ms of tolerance, so a slot
+//     redeemed late (a stalled process, a late claim) waits its turn rather
+//     than leaving at Meta in one instant with the on-time slots after it;
 //   - pair rate: a conversation is one user, so the minimum gap between two
 //     sends to a user is the conversation's pair_ready_at (set from each
 //     send's answer), waited for before a number slot is taken (a user's gap

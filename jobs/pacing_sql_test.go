@@ -148,3 +148,76 @@ func TestReserveSendSpacing(t *testing.T) {
 		t.Fatalf("paused tenant: %s", v)
 	}
 }
+
+// A drain that comes back late for its slot (a stalled process, a claim
+// behind a busy scheduler) must not leave with the sends whose slots come
+// after it: slots handed out ahead are only a place in line, and the number's
+// sends so far space every send, late or not, beyond a small tolerance for
+// jitter. Before, four conversations whose slots had all passed during a
+// stall went out together: four sends at Meta in the same instant.
+func TestReserveSendSpacesSlotsRedeemedLate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := sqltest.New(t)
+	const rate = 4 // 250ms apart: well beyond the tolerance
+	var tenant int64
+	if err := pool.QueryRow(ctx, `INSERT INTO ordo.tenants (slug, send_rate) VALUES ('acme', $1) RETURNING id`, rate).Scan(&tenant); err != nil {
+		t.Fatal(err)
+	}
+	convs := make([]int64, 5)
+	for i := range convs {
+		if _, err := pool.Exec(ctx, `SELECT ordo.enqueue_message('acme', 'c' || $1::int, 'm' || $1::int, 'outbound', '{}')`, i); err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT id FROM ordo.conversations WHERE conversation_id = 'c' || $1::int`, i).Scan(&convs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reserve := func(conv int64) (string, time.Duration) {
+		t.Helper()
+		var (
+			verdict string
+			wait    *time.Duration
+		)
+		if err := pool.QueryRow(ctx, `SELECT verdict, wait FROM ordo.reserve_send($1, $2, 0, 'P1', '0')`, tenant, conv).Scan(&verdict, &wait); err != nil {
+			t.Fatal(err)
+		}
+		if wait == nil {
+			return verdict, 0
+		}
+		return verdict, *wait
+	}
+	if v, _ := reserve(convs[0]); v != "go" {
+		t.Fatalf("first send: %s", v)
+	}
+	var last time.Duration
+	for _, c := range convs[1:] {
+		v, w := reserve(c)
+		if v != "wait" || w <= last {
+			t.Fatalf("conversation %d: %s %s; want a slot after the one before", c, v, w)
+		}
+		last = w
+	}
+	// The stall: every slot handed out has passed.
+	time.Sleep(last + 50*time.Millisecond)
+
+	// All four come back at once: one goes, the others wait their turn.
+	var goes int
+	for _, c := range convs[1:] {
+		v, w := reserve(c)
+		switch {
+		case v == "go":
+			goes++
+		case v != "wait" || w <= 0 || w > time.Second/rate:
+			t.Fatalf("conversation %d: %s %s; want go or a wait of at most one slot", c, v, w)
+		}
+	}
+	if goes != 1 {
+		t.Fatalf("%d of four late slots went at once; the number allows one per %s", goes, time.Second/rate)
+	}
+	// They keep their place: none took a slot at the end of the line.
+	var held int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM ordo.conversations WHERE send_slot_at < clock_timestamp()`).Scan(&held); err != nil || held != 3 {
+		t.Fatalf("%d conversations kept their passed slot (%v), want 3", held, err)
+	}
+}

@@ -53,11 +53,16 @@ func secondRunner(t *testing.T, b *jobstest.Bundle, workers int, onSend func()) 
 // drained by two worker processes, reaches the Cloud API at the number's 80
 // msg/s: the pacing lives in Postgres, so two processes share one budget.
 //
-// Not parallel: it judges send times at the provider, and the package's
-// parallel tests (the batched drain's push hundreds of sends) starved it
-// into 90 sends in one second from delayed claims under make test, twice
-// today; alone it measures 82-88 against the bound of 88.
+// Judged on the times the sends were let go (each step's start, on the
+// database's one clock, which ordo.reserve_send spaces 1/send_rate apart
+// with 50 ms of tolerance: at most 85 in any second, however late a drain
+// comes back for its slot) and, loosely, on the fake Cloud API's receipt
+// times, which also carry this test process's own scheduling: under make
+// test a first send took 55 ms from its start to its receipt, and CI saw
+// 91 in one second at the provider when late slots still went at once.
+// Two budgets instead of one would show about 160 in both.
 func TestPacingHoldsRateAcrossTwoRunners(t *testing.T) {
+	t.Parallel()
 	const (
 		rate    = 80 // the tenant's default send_rate
 		offered = 200
@@ -84,34 +89,55 @@ func TestPacingHoldsRateAcrossTwoRunners(t *testing.T) {
 	// as long. Measure a 3s window from the first send.
 	first := b.WhatsApp.Sends()[0].At
 	time.Sleep(time.Until(first.Add(load + 200*time.Millisecond)))
-	var at []time.Time
+
+	// busiest counts the sends in the busiest second of at (sorted), and
+	// the average rate over load from the first.
+	busiest := func(at []time.Time) (most int, avg float64) {
+		sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
+		n := 0
+		for i, j := 0, 0; i < len(at); i++ {
+			for at[i].Sub(at[j]) >= time.Second {
+				j++
+			}
+			most = max(most, i-j+1)
+			if at[i].Sub(at[0]) < load {
+				n++
+			}
+		}
+		return most, float64(n) / load.Seconds()
+	}
+	var received []time.Time
 	perConv := map[string][]int{}
 	for _, s := range b.WhatsApp.Sends() {
-		if s.At.Sub(first) < load {
-			at = append(at, s.At)
-		}
+		received = append(received, s.At)
 		var n int
 		_, _ = fmt.Sscanf(s.Text[strings.Index(s.Text, "#")+1:], "%d", &n)
 		perConv[s.To] = append(perConv[s.To], n)
 	}
-	sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
-	busiest := 0 // sends in the busiest second
-	for i, j := 0, 0; i < len(at); i++ {
-		for at[i].Sub(at[j]) >= time.Second {
-			j++
+	var started []time.Time
+	rows, err := b.Pool.Query(context.Background(), `SELECT started_at FROM ordo.steps WHERE kind = 'send'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var at time.Time
+		if err := rows.Scan(&at); err != nil {
+			t.Fatal(err)
 		}
-		busiest = max(busiest, i-j+1)
+		started = append(started, at)
 	}
-	avg := float64(len(at)) / load.Seconds()
-	hist := make([]int, 12)
-	for _, a := range at {
-		hist[int(a.Sub(first)/(250*time.Millisecond))%12]++
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("per 250ms: %v", hist)
-	t.Logf("offered %d msg/s; sent %d in %s (%.1f msg/s), busiest second %d; runner sends %d and %d",
-		offered, len(at), load, avg, busiest, sentBy[0].Load(), sentBy[1].Load())
-	if avg > rate*1.05 || busiest > rate+rate/10 {
-		t.Fatalf("sent %.1f msg/s on average and %d in the busiest second; the number's rate is %d", avg, busiest, rate)
+	mostStarted, avg := busiest(started)
+	mostReceived, avgReceived := busiest(received)
+	t.Logf("offered %d msg/s; started %.1f msg/s over %s, busiest second %d; received %.1f msg/s, busiest second %d; runner sends %d and %d",
+		offered, avg, load, mostStarted, avgReceived, mostReceived, sentBy[0].Load(), sentBy[1].Load())
+	if avg > rate*1.05 || mostStarted > rate+rate/10 {
+		t.Fatalf("sends started at %.1f msg/s on average and %d in the busiest second; the number's rate is %d", avg, mostStarted, rate)
+	}
+	if mostReceived > rate+rate/4 {
+		t.Fatalf("the Cloud API received %d sends in one second; the number's rate is %d", mostReceived, rate)
 	}
 	if avg < rate/20 {
 		// Only a sanity check that a backlog drains at all: on a starved
@@ -120,7 +146,7 @@ func TestPacingHoldsRateAcrossTwoRunners(t *testing.T) {
 		// it sends 60-70/s. TestReserveSendSpacing pins the slots themselves.
 		t.Fatalf("sent only %.1f msg/s with a backlog", avg)
 	}
-	if sentBy[0].Load() < int64(len(at))/10 || sentBy[1].Load() < int64(len(at))/10 {
+	if sentBy[0].Load() < int64(len(started))/10 || sentBy[1].Load() < int64(len(started))/10 {
 		t.Fatalf("runner sends %d and %d: both processes must have drained", sentBy[0].Load(), sentBy[1].Load())
 	}
 	for conv, ns := range perConv {

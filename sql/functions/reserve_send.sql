@@ -5,7 +5,10 @@
 --   'go'     — send after wait (at most p_horizon).
 -- It enforces the pair gap first (so a user's gap holds no number slot), then
 -- takes the conversation's reserved slot or reserves the number's next one
--- with a single atomic upsert. Conversation writes carry the drain's fence.
+-- with a single atomic upsert; the number's sends so far (sent_until) then
+-- space every send 1/send_rate apart, with 50 ms of tolerance for jitter,
+-- so a slot redeemed late never leaves in a burst with later ones.
+-- Conversation writes carry the drain's fence.
 -- Times are the database's clock; the caller only ever sees durations.
 --
 -- It checks the fence itself (SQLSTATE ORF01 when p_fence is stale) and
@@ -28,6 +31,8 @@ DECLARE
     v_until  timestamptz;
     v_slot   timestamptz;
     v_next   timestamptz;
+    v_go     timestamptz;
+    v_sent   timestamptz;
     v_found  boolean;
     v_space  interval;
 BEGIN
@@ -52,6 +57,9 @@ BEGIN
         RETURN;
     END IF;
 
+    IF v_rate > 0 THEN
+        v_space := make_interval(secs => 1.0 / v_rate);
+    END IF;
     IF v_ticket IS NOT NULL AND (v_until IS NULL OR v_ticket >= v_until) THEN
         v_slot := v_ticket;
     END IF;
@@ -65,7 +73,6 @@ BEGIN
             -- Unpaced, but a throttled number still waits.
             v_slot := greatest(v_next, v_now);
         ELSE
-            v_space := make_interval(secs => 1.0 / v_rate);
             INSERT INTO ordo.send_pacing AS p (phone_number_id, next_slot) VALUES (p_phone, v_now + v_space)
             ON CONFLICT (phone_number_id) DO UPDATE SET next_slot = greatest(p.next_slot, v_now) + v_space
             RETURNING p.next_slot - v_space INTO v_slot;
@@ -79,6 +86,27 @@ BEGIN
         verdict := 'wait';
         wait := v_slot - v_now;
         RETURN;
+    END IF;
+    IF v_rate > 0 THEN
+        -- A slot is a place in line, not a licence: one redeemed late (the
+        -- drain stalled, or was claimed late) would leave together with the
+        -- on-time slots after it, a burst at Meta. The number's sends so far
+        -- (sent_until) space every send, beyond a tolerance for jitter; a
+        -- send too early waits, keeping its slot. Read under the row's lock,
+        -- so two processes' sends are spaced on one clock.
+        SELECT p.sent_until INTO v_sent FROM ordo.send_pacing p WHERE p.phone_number_id = p_phone FOR NO KEY UPDATE;
+        v_now := clock_timestamp();
+        v_go := greatest(v_slot, v_now);
+        IF v_sent - interval '50 milliseconds' > v_go THEN
+            IF v_ticket IS DISTINCT FROM v_slot THEN
+                UPDATE ordo.conversations c SET send_slot_at = v_slot WHERE c.id = p_conv AND c.fence = p_fence;
+            END IF;
+            verdict := 'wait';
+            wait := v_sent - interval '50 milliseconds' - v_now;
+            RETURN;
+        END IF;
+        UPDATE ordo.send_pacing p SET sent_until = greatest(v_sent, v_go) + v_space
+        WHERE p.phone_number_id = p_phone;
     END IF;
     IF v_ticket IS NOT NULL THEN
         UPDATE ordo.conversations c SET send_slot_at = NULL WHERE c.id = p_conv AND c.fence = p_fence;

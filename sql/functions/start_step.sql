@@ -28,8 +28,8 @@ BEGIN
     END IF;
     verdict := 'go';
     INSERT INTO ordo.steps AS s (message_pk, idx, kind, request, status, attempts, started_at)
-    VALUES (p_message, p_idx, p_kind, p_request, 'running', 1, now())
-    ON CONFLICT (message_pk, idx) DO UPDATE SET status = 'running', attempts = s.attempts + 1, started_at = now()
+    VALUES (p_message, p_idx, p_kind, p_request, 'running', 1, clock_timestamp())
+    ON CONFLICT (message_pk, idx) DO UPDATE SET status = 'running', attempts = s.attempts + 1, started_at = clock_timestamp()
     RETURNING s.id, s.attempts INTO step_id, attempts;
     UPDATE ordo.messages m SET status = 'running' WHERE m.id = p_message AND m.status = 'queued';
 END;

@@ -1,0 +1,1 @@
+ALTER TABLE ordo.send_pacing DROP COLUMN sent_until;
