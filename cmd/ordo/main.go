@@ -148,6 +148,7 @@ func environment(w io.Writer) {
   ORDO_ADDR              listen address (default :8080; ordo dev: 127.0.0.1:8080)
   ORDO_MASTER_KEYS       credential master keys, comma-separated id:base64-32-bytes, newest first
   ORDO_ADMIN_PASSWORD    the admin page's password (at least 12 characters)
+  ORDO_TRUSTED_PROXIES   reverse proxies whose X-Forwarded-For/-Host are believed: addresses or CIDRs, comma-separated
   ORDO_WHATSAPP_API_URL  the WhatsApp Cloud API (default https://graph.facebook.com/v23.0)
   ORDO_LOG_LEVEL         debug, info, warn or error (default info)
 `)

@@ -40,10 +40,14 @@ func runServe(ctx context.Context, env *cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	proxies, err := cli.TrustedProxies(env)
+	if err != nil {
+		return err
+	}
 	return server.Run(ctx, env.Logger, server.Config{
 		Role: *role, DatabaseURL: env.DatabaseURL, Addr: cmp.Or(*addr, env.Addr, DefaultAddr), Keys: keys,
 		Jobs:  jc,
-		Web:   web.Config{AdminPassword: env.AdminPassword},
+		Web:   web.Config{AdminPassword: env.AdminPassword, TrustedProxies: proxies},
 		Build: buildLabels(),
 	})
 }

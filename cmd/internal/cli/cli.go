@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
+	"strings"
 
 	"github.com/ordo-dev/ordo/tenants"
 )
@@ -27,6 +29,8 @@ type Env struct {
 	MasterKeys string
 	// AdminPassword is ORDO_ADMIN_PASSWORD.
 	AdminPassword string
+	// TrustedProxies is ORDO_TRUSTED_PROXIES, unparsed (TrustedProxies).
+	TrustedProxies string
 	// WhatsAppAPIURL is ORDO_WHATSAPP_API_URL; empty: the Cloud API (serve)
 	// or the sandbox (dev).
 	WhatsAppAPIURL string
@@ -45,6 +49,7 @@ func ReadEnv() *Env {
 		Addr:           os.Getenv("ORDO_ADDR"),
 		MasterKeys:     os.Getenv("ORDO_MASTER_KEYS"),
 		AdminPassword:  os.Getenv("ORDO_ADMIN_PASSWORD"),
+		TrustedProxies: os.Getenv("ORDO_TRUSTED_PROXIES"),
 		WhatsAppAPIURL: os.Getenv("ORDO_WHATSAPP_API_URL"),
 		DevDir:         DevDir,
 		Stdout:         os.Stdout,
@@ -59,6 +64,30 @@ func logLevel() slog.Level {
 		return slog.LevelInfo
 	}
 	return l
+}
+
+// TrustedProxies parses ORDO_TRUSTED_PROXIES: the reverse proxies in front
+// of ordo, comma-separated addresses or CIDR prefixes (127.0.0.1,
+// 10.0.0.0/8, fd00::/8). Empty: none, X-Forwarded-* headers are ignored.
+func TrustedProxies(env *Env) ([]netip.Prefix, error) {
+	var ps []netip.Prefix
+	for _, f := range strings.Split(env.TrustedProxies, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if a, err := netip.ParseAddr(f); err == nil {
+			a = a.Unmap()
+			ps = append(ps, netip.PrefixFrom(a, a.BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, fmt.Errorf("ORDO_TRUSTED_PROXIES: %q is neither an IP address nor a CIDR prefix (e.g. 10.0.0.0/8)", f)
+		}
+		ps = append(ps, p.Masked())
+	}
+	return ps, nil
 }
 
 // MasterKeys parses ORDO_MASTER_KEYS.
