@@ -46,7 +46,7 @@ FROM ordo.claim_batch($1, $2, $3, $4, $5)`
 // finishBatchQuery records a batch's successful sends (ordo.finish_batch).
 const finishBatchQuery = `
 SELECT conv, finished, since_accepted, next_message_pk, next_message_id, next_seq, next_payload, next_step_id
-FROM ordo.finish_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+FROM ordo.finish_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 
 // endBatchQuery ends a batch's lease once its last conversations were ended
 // one at a time.
@@ -71,7 +71,7 @@ type batchConv struct {
 	sent           bool // the send was made (err: its failure)
 	providerID     string
 	err            error
-	recorded       bool // ordo.finish_batch recorded it
+	recorded       bool // ordo.finish_batch recorded it, or it was ended alone
 }
 
 // startedSend is conversation conv (fence, conversationID) with outbound
@@ -165,15 +165,46 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 		// one (handOff: the batch ends with this round).
 		goOn := round+1 < d.cfg.MaxMessagesPerRun && time.Since(started) <= d.cfg.MaxRunTime && !d.stopping.Load() &&
 			(d.turns == nil || time.Since(started) < d.cfg.TurnSlice || !d.turns.handOff(b.tenant))
-		failed := 0
-		for _, c := range active {
-			if !c.sent || c.err != nil {
-				failed++
-			}
-		}
 		// What was sent is recorded even when the worker is being stopped.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 		heard = time.Now()
+		// endOne ends c alone, as its own drain would.
+		endOne := func(c *batchConv) bool {
+			if t == nil {
+				tt, err := d.tenants.ByID(rctx, b.tenant)
+				if err != nil {
+					d.logger.WarnContext(ctx, "batch: read tenant", slog.Int64("tenant_id", b.tenant), slog.String("error", err.Error()))
+					return false
+				}
+				t = &tt
+			}
+			heard = time.Now()
+			if !r.endAlone(ctx, rctx, conn, b, c, *t, pc, name) {
+				return false
+			}
+			c.recorded = true
+			giveBack(1)
+			return true
+		}
+		// Meta paused the tenant or throttled its number: that is recorded
+		// first (the failed conversation ended alone pauses or slows the
+		// number), and the batch ends with this round, so that none of the
+		// others, released by the finish, is sent again before it.
+		for i := range active {
+			if c := &active[i]; stopsTheTenant(c.err) {
+				goOn = false
+				if !endOne(c) {
+					cancel()
+					return false
+				}
+			}
+		}
+		failed := 0 // to end alone after the finish
+		for _, c := range active {
+			if !c.recorded && (!c.sent || c.err != nil) {
+				failed++
+			}
+		}
 		var refill *batch
 		if goOn && haveCred && failed == 0 {
 			refill = &batch{tenant: b.tenant}
@@ -207,25 +238,10 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 			giveBack(surplus)
 		}
 		for i := range active {
-			c := &active[i]
-			if c.recorded {
-				continue
-			}
-			if t == nil {
-				tt, err := d.tenants.ByID(rctx, b.tenant)
-				if err != nil {
-					cancel()
-					d.logger.WarnContext(ctx, "batch: read tenant", slog.Int64("tenant_id", b.tenant), slog.String("error", err.Error()))
-					return false
-				}
-				t = &tt
-			}
-			heard = time.Now()
-			if !r.endAlone(ctx, rctx, conn, b, c, *t, pc, name) {
+			if c := &active[i]; !c.recorded && !endOne(c) {
 				cancel()
 				return false
 			}
-			giveBack(1)
 		}
 		cancel()
 		active = next
@@ -236,6 +252,14 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 		}
 	}
 	return true
+}
+
+// stopsTheTenant reports whether a send's error concerns every send of the
+// tenant's number, not only its conversation's: Meta paused the account or
+// throttled the number.
+func stopsTheTenant(err error) bool {
+	var f *failure
+	return errors.As(err, &f) && (f.action == actPause || f.action == actThrottle)
 }
 
 // sendRound sends one message of each conversation at once, each call
@@ -303,7 +327,7 @@ func (r *Runner) finishRound(ctx context.Context, conn *pgxpool.Conn, active []b
 	last := len(convs) == n // no failure to end alone after this write
 	pb := &pgx.Batch{}
 	recorded := 0
-	pb.Queue(finishBatchQuery, lockNamespace, convs, fences, steps, msgs, seqs, pids, goOn, last, held).Query(func(rows pgx.Rows) error {
+	pb.Queue(finishBatchQuery, lockNamespace, convs, fences, steps, msgs, seqs, pids, goOn, last, held, cred.PhoneNumberID).Query(func(rows pgx.Rows) error {
 		var (
 			conv  int64
 			since time.Duration

@@ -317,3 +317,129 @@ func TestTenantWithNothingRunningIsNotHeldBehindACampaignsRoom(t *testing.T) {
 		t.Fatal("no batch was claimed: the test proves nothing")
 	}
 }
+
+// Meta pausing the tenant (its account locked) in the middle of a batch
+// stops the batch: no other conversation of the tenant sends again. Before,
+// the batch's finish started every other conversation's next message and
+// the batch sent them all, the pause notwithstanding (it was checked only
+// when a batch was claimed); and with the pause checked there too, the
+// others went out once more: the finish came before the failed
+// conversation's pause was recorded.
+func TestBatchStopsWhenMetaPausesTheTenant(t *testing.T) {
+	t.Parallel()
+	const n, each = 8, 3
+	b := batchSetup(t, jobs.Config{Workers: 8, BatchSize: 8})
+	b.WhatsApp.SetResponder(func(req whatsapptest.Send, attempt int) whatsapptest.Response {
+		if req.To == "p000" {
+			return whatsapptest.Response{Status: http.StatusForbidden, ErrorCode: 131031}
+		}
+		// Slow enough that a batch without p000 is still in its second
+		// round when p000's batch has paused the tenant.
+		r := whatsapptest.Default(req, attempt)
+		r.Delay = 200 * time.Millisecond
+		return r
+	})
+	ctx := context.Background()
+	if err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+		for i := range n {
+			conv := fmt.Sprintf("p%03d", i)
+			for k := 1; k <= each; k++ {
+				if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', $1, $1 || '-' || $2::int, 'outbound', $3::jsonb)`,
+					conv, k, jobstest.Outbound(conv, fmt.Sprintf("%s #%d", conv, k))); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitFor("the tenant paused", 10*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.tenants WHERE sending_paused_at IS NOT NULL`) == 1
+	})
+	time.Sleep(time.Second) // a batch that goes on sends its next rounds meanwhile
+	if got := jobs.Batches(b.Runner); got == 0 {
+		t.Fatal("no batch was claimed: the test proves nothing")
+	}
+	for i := 1; i < n; i++ {
+		conv := fmt.Sprintf("p%03d", i)
+		if got := len(b.WhatsApp.SendsTo(conv)); got > 1 {
+			t.Fatalf("%s: %d of its %d messages sent; only the first, in flight when Meta locked the account, may go", conv, got, each)
+		}
+	}
+	b.WaitFor("locks released", 5*time.Second, func() bool {
+		return b.Count(heldLocks) == 0
+	})
+}
+
+// A batch runs while the tenant's sending is paused elsewhere (another
+// process's drain met Meta's refusal): the round in flight is recorded and
+// no conversation of the batch starts its next message; once resumed, every
+// message goes out, once and in order. Before, a running batch went on
+// sending until its run ended.
+func TestBatchStopsWhenTheTenantIsPausedElsewhere(t *testing.T) {
+	t.Parallel()
+	const n, each = 4, 3
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true, Config: jobs.Config{Workers: 8, BatchSize: 8}})
+	ctx := context.Background()
+	if _, err := b.Tenants.Update(ctx, "acme", tenants.UpdateParams{SendRate: ptr(0)}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		once  sync.Once
+		armed atomic.Bool
+	)
+	jobs.SetHooks(b.Runner, func(int64) {
+		if !armed.Load() {
+			return
+		}
+		once.Do(func() {
+			if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET sending_paused_at = now(), sending_paused_reason = 'elsewhere' WHERE slug = 'acme'`); err != nil {
+				t.Error(err)
+			}
+		})
+	}, nil)
+	b.Start()
+	b.Ingest("warm", "warm-1", "warm") // the credential cached: batches need its number
+	b.WaitFor("the first send", 10*time.Second, func() bool { return len(b.WhatsApp.SendsTo("warm")) == 1 })
+	armed.Store(true)
+	if err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+		for i := range n {
+			conv := fmt.Sprintf("e%03d", i)
+			for k := range each {
+				if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', $1, $1 || '-' || $2::int, 'outbound', $3::jsonb)`,
+					conv, k, jobstest.Outbound(conv, fmt.Sprintf("%s #%d", conv, k))); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitFor("the first round", 10*time.Second, func() bool { return len(b.WhatsApp.Sends()) > 1 })
+	time.Sleep(time.Second)
+	if got := jobs.Batches(b.Runner); got == 0 {
+		t.Fatal("no batch was claimed: the test proves nothing")
+	}
+	for i := range n {
+		if conv := fmt.Sprintf("e%03d", i); len(b.WhatsApp.SendsTo(conv)) > 1 {
+			t.Fatalf("%s: %d sends while the tenant's sending was paused", conv, len(b.WhatsApp.SendsTo(conv)))
+		}
+	}
+	if _, err := b.Tenants.ResumeSending(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitFor("every message sent after the resume", 20*time.Second, func() bool { return len(b.WhatsApp.Sends()) == 1+n*each })
+	for i := range n {
+		conv := fmt.Sprintf("e%03d", i)
+		for k, s := range b.WhatsApp.SendsTo(conv) {
+			if want := fmt.Sprintf("%s #%d", conv, k); s.Text != want {
+				t.Fatalf("%s: send %d is %q, want %q: out of order or twice", conv, k, s.Text, want)
+			}
+		}
+	}
+	b.WaitFor("locks released", 5*time.Second, func() bool {
+		return b.Count(heldLocks) == 0
+	})
+}

@@ -7,9 +7,8 @@
 -- the lease), the step's start (attempt 1, running) and the message's
 -- status, set-based.
 --
--- Only what needs nothing else qualifies: the tenant is not paused, not
--- paced (send_rate 0), has no pair gap and no concurrency cap, its number
--- (p_phone, from the caller's credential cache) is not throttled, and the
+-- Only what needs nothing else qualifies: ordo.may_batch for the tenant and
+-- its number (p_phone, from the caller's credential cache), and the
 -- conversation is not halted and holds no reserved send slot. Anything else
 -- goes through ordo.claim_conversation and the per-conversation drain.
 --
@@ -52,11 +51,7 @@ BEGIN
     -- NULL: as many as the round ordo.finish_batch just recorded leaves.
     p_max := coalesce(p_max, nullif(current_setting('ordo.batch_left', true), '')::int, 0);
     PERFORM set_config('ordo.batch', '', true);
-    IF p_max < 1 OR p_phone IS NULL OR p_tenant IS NULL OR NOT EXISTS (
-            SELECT 1 FROM ordo.tenants t
-            WHERE t.id = p_tenant AND t.sending_paused_at IS NULL AND t.send_rate = 0
-              AND t.pair_gap_ms = 0 AND t.max_concurrency = 0)
-       OR EXISTS (SELECT 1 FROM ordo.send_pacing p WHERE p.phone_number_id = p_phone AND p.next_slot > clock_timestamp()) THEN
+    IF p_max < 1 OR p_tenant IS NULL OR NOT ordo.may_batch(p_tenant, p_phone) THEN
         RETURN;
     END IF;
     FOR v_cand IN

@@ -7,7 +7,9 @@
 -- Then each recorded conversation:
 --   * caught up: leaves the ready set, and its advisory lock (first key
 --     p_lock) is released;
---   * with more queued, p_next, and a next message that is outbound and not
+--   * with more queued, p_next, the tenant still batched (ordo.may_batch
+--     for number p_phone: Meta may have paused the tenant or throttled the
+--     number meanwhile) and a next message that is outbound and not
 --     started: that message's send step is started (attempt 1, running) and
 --     returned (next_*): the conversation stays in the batch for the next
 --     round, as a drain's finish reads and starts the next message
@@ -35,7 +37,7 @@
 -- ordo.finish_step) and ready rows (sql/LOCKING.md).
 CREATE OR REPLACE FUNCTION ordo.finish_batch(
     p_lock int, p_convs bigint[], p_fences bigint[], p_steps bigint[], p_messages bigint[], p_seqs bigint[],
-    p_provider_ids text[], p_next boolean, p_end boolean, p_round int)
+    p_provider_ids text[], p_next boolean, p_end boolean, p_round int, p_phone text)
 RETURNS TABLE (
     conv bigint, finished boolean, since_accepted interval,
     next_message_pk bigint, next_message_id text, next_seq bigint, next_payload jsonb, next_step_id bigint)
@@ -93,7 +95,7 @@ BEGIN
         RETURNING m.conversation_pk, clock_timestamp() - m.created_at AS since)
     SELECT array_agg(m.conversation_pk), array_agg(m.since) INTO v_done, v_since FROM m;
 
-    IF p_next AND v_more IS NOT NULL THEN
+    IF p_next AND v_more IS NOT NULL AND ordo.may_batch(v_tenant, p_phone) THEN
         WITH q AS (
             SELECT m.conversation_pk AS conv, m.id AS mpk, m.payload
             FROM unnest(p_convs, p_seqs) AS f(conv, seq)
