@@ -57,6 +57,28 @@ func importQuiet(t *testing.T, b *jobstest.Bundle, prefix string, n int) {
 	}
 }
 
+// importBacklogs queues each messages ("<conv> #0", "#1", …) in each of n
+// conversations in one transaction.
+func importBacklogs(t *testing.T, b *jobstest.Bundle, prefix string, n, each int) {
+	t.Helper()
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+		for i := range n {
+			conv := fmt.Sprintf("%s%03d", prefix, i)
+			for k := range each {
+				if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', $1, $1 || '-' || $2::int, 'outbound', $3::jsonb)`,
+					conv, k, jobstest.Outbound(conv, fmt.Sprintf("%s #%d", conv, k))); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+}
+
 // Quiet conversations go out in batches, each message once, and the
 // process never has more conversations in flight than Config.Workers plus
 // its overdraft for a waiting tenant with nothing running (Workers/8, at
@@ -339,21 +361,7 @@ func TestBatchStopsWhenMetaPausesTheTenant(t *testing.T) {
 		r.Delay = 200 * time.Millisecond
 		return r
 	})
-	ctx := context.Background()
-	if err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
-		for i := range n {
-			conv := fmt.Sprintf("p%03d", i)
-			for k := 1; k <= each; k++ {
-				if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', $1, $1 || '-' || $2::int, 'outbound', $3::jsonb)`,
-					conv, k, jobstest.Outbound(conv, fmt.Sprintf("%s #%d", conv, k))); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	importBacklogs(t, b, "p", n, each)
 	b.WaitFor("the tenant paused", 10*time.Second, func() bool {
 		return b.Count(`SELECT count(*) FROM ordo.tenants WHERE sending_paused_at IS NOT NULL`) == 1
 	})
@@ -403,20 +411,7 @@ func TestBatchStopsWhenTheTenantIsPausedElsewhere(t *testing.T) {
 	b.Ingest("warm", "warm-1", "warm") // the credential cached: batches need its number
 	b.WaitFor("the first send", 10*time.Second, func() bool { return len(b.WhatsApp.SendsTo("warm")) == 1 })
 	armed.Store(true)
-	if err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
-		for i := range n {
-			conv := fmt.Sprintf("e%03d", i)
-			for k := range each {
-				if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', $1, $1 || '-' || $2::int, 'outbound', $3::jsonb)`,
-					conv, k, jobstest.Outbound(conv, fmt.Sprintf("%s #%d", conv, k))); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	importBacklogs(t, b, "e", n, each)
 	b.WaitFor("the first round", 10*time.Second, func() bool { return len(b.WhatsApp.Sends()) > 1 })
 	time.Sleep(time.Second)
 	if got := jobs.Batches(b.Runner); got == 0 {
