@@ -33,6 +33,8 @@ DECLARE
     v_next   timestamptz;
     v_go     timestamptz;
     v_sent   timestamptz;
+    -- how far ahead of now the number's sends may run: jitter, not a burst
+    v_jitter interval := interval '50 milliseconds';
     v_found  boolean;
     v_space  interval;
 BEGIN
@@ -97,12 +99,12 @@ BEGIN
         SELECT p.sent_until INTO v_sent FROM ordo.send_pacing p WHERE p.phone_number_id = p_phone FOR NO KEY UPDATE;
         v_now := clock_timestamp();
         v_go := greatest(v_slot, v_now);
-        IF v_sent - interval '50 milliseconds' > v_go THEN
+        IF v_sent - v_jitter > v_go THEN
             IF v_ticket IS DISTINCT FROM v_slot THEN
                 UPDATE ordo.conversations c SET send_slot_at = v_slot WHERE c.id = p_conv AND c.fence = p_fence;
             END IF;
             verdict := 'wait';
-            wait := v_sent - interval '50 milliseconds' - v_now;
+            wait := v_sent - v_jitter - v_now;
             RETURN;
         END IF;
         UPDATE ordo.send_pacing p SET sent_until = greatest(v_sent, v_go) + v_space
