@@ -60,7 +60,17 @@ func TestCommandLineAudit(t *testing.T) {
 		t.Fatal(err)
 	}
 	ordo(0, "credential", "set", "--tenant", "delta", "--name", "whatsapp", "--from-file", cred)
-	ordo(0, "tenant", "resume", "--slug", "delta")
+	ordo(1, "tenant", "pause", "--slug", "delta", "--reason", strings.Repeat("x", tenants.PauseReasonMaxLength+1))
+	ordo(1, "tenant", "pause", "--slug", "nobody")
+	if out := ordo(0, "tenant", "pause", "--slug", "delta", "--reason", "invoice overdue"); !strings.Contains(out, `"paused":true`) {
+		t.Fatalf("pause printed %s", out)
+	}
+	if out := ordo(0, "tenant", "pause", "--slug", "delta"); !strings.Contains(out, `"paused":false`) {
+		t.Fatalf("a second pause printed %s: want paused false (it already was)", out)
+	}
+	if out := ordo(0, "tenant", "resume", "--slug", "delta"); !strings.Contains(out, `"resumed":true`) {
+		t.Fatalf("resume printed %s", out)
+	}
 
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
@@ -78,7 +88,8 @@ func TestCommandLineAudit(t *testing.T) {
 		got = append(got, actor+" "+action+" "+tenant)
 		all.WriteString(details)
 	}
-	want := "cli tenant.create delta,cli tenant.update delta,cli api_key.create delta,cli api_key.revoke delta,cli credential.set delta,cli tenant.resume delta"
+	want := "cli tenant.create delta,cli tenant.update delta,cli api_key.create delta,cli api_key.revoke delta,cli credential.set delta," +
+		"cli tenant.pause delta,cli tenant.pause delta,cli tenant.resume delta"
 	if strings.Join(got, ",") != want {
 		t.Errorf("audit log:\n%s\nwant\n%s", strings.Join(got, ","), want)
 	}

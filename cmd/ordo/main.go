@@ -36,7 +36,7 @@ func commands() []command {
 		{name: "dev", summary: "run everything locally on a private Postgres under ./.ordo/", run: runDev},
 		{name: "serve", summary: "run the production server (--role all|api|worker); needs DATABASE_URL", run: runServe},
 		{name: "migrate", summary: "migrate up | down --yes | version (ordo's tables, River's, the SQL functions)", run: runMigrate, devEnv: true},
-		{name: "tenant", summary: "tenant create|update|list", run: runTenant, devEnv: true},
+		{name: "tenant", summary: "tenant create|update|pause|resume|list", run: runTenant, devEnv: true},
 		{name: "apikey", summary: "apikey create --tenant S | revoke --prefix P | list --tenant S", run: runAPIKey, devEnv: true},
 		{name: "credential", summary: "credential set --tenant S --name whatsapp|handler_auth --from-file F|-", run: runCredential, devEnv: true},
 		{name: "keys", summary: "keys rotate | keys generate", run: runKeys, devEnv: true},

@@ -16,9 +16,9 @@ import (
 const tenantUsage = "ordo tenant create --slug S [--name N] [--handler-url U] | " +
 	"update --slug S [--handler-url U] [--name N] [--on-dead-letter halt|skip] [--ambiguous reconcile|resend] [--max-attempts N] " +
 	"[--send-rate N] [--pair-gap D] [--retention 30d|0] [--weight W] [--max-concurrency N] " +
-	"[--handler-mode sync|async|notify] [--handler-timeout D] [--reply-deadline D] [--events-url U] | resume --slug S | list"
+	"[--handler-mode sync|async|notify] [--handler-timeout D] [--reply-deadline D] [--events-url U] | pause --slug S [--reason R] | resume --slug S | list"
 
-// runTenant is `ordo tenant create|update|list`.
+// runTenant is `ordo tenant create|update|pause|resume|list`.
 func runTenant(ctx context.Context, env *cli.Env, args []string) error {
 	action, rest, err := subcommand(args, tenantUsage)
 	if err != nil {
@@ -29,6 +29,8 @@ func runTenant(ctx context.Context, env *cli.Env, args []string) error {
 		return tenantCreate(ctx, env, rest)
 	case "update":
 		return tenantUpdate(ctx, env, rest)
+	case "pause":
+		return tenantPause(ctx, env, rest)
 	case "resume":
 		return tenantResume(ctx, env, rest)
 	case "list":
@@ -164,6 +166,41 @@ func tenantUpdate(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	return cli.PrintJSON(env.Stdout, t.Redacted())
+}
+
+// tenantPause pauses a tenant's sending, as Meta's refusals do (the admin
+// page's Pause button): its conversations wait, holding no worker, until
+// `ordo tenant resume`; a running batch stops after the round in flight.
+func tenantPause(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "ordo tenant pause")
+	slug := fs.String("slug", "", "the tenant whose sending pauses (required)")
+	reason := fs.String("reason", "paused by an operator", fmt.Sprintf("shown beside the pause and sent with tenant.sending_paused (at most %d characters)", tenants.PauseReasonMaxLength))
+	if err := cli.ParseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := requireFlag("slug", *slug); err != nil {
+		return err
+	}
+	pool, store, err := openTenantStore(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var paused bool
+	err = audited(ctx, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
+		var err error
+		if paused, err = store.PauseSendingTx(ctx, tx, *slug, *reason); err != nil {
+			return engine.AuditEntry{}, err
+		}
+		return engine.AuditEntry{Action: "tenant.pause", Tenant: *slug, Details: auditDetails(map[string]any{"reason": *reason, "was_paused": !paused})}, nil
+	})
+	if err != nil {
+		return err
+	}
+	return cli.PrintJSON(env.Stdout, struct {
+		Tenant string `json:"tenant"`
+		Paused bool   `json:"paused"`
+	}{*slug, paused})
 }
 
 // tenantResume lifts a tenant's sending pause (set when Meta refused its
