@@ -409,7 +409,10 @@ func TestBatchStopsWhenTheTenantIsPausedElsewhere(t *testing.T) {
 	}, nil)
 	b.Start()
 	b.Ingest("warm", "warm-1", "warm") // the credential cached: batches need its number
-	b.WaitFor("the first send", 10*time.Second, func() bool { return len(b.WhatsApp.SendsTo("warm")) == 1 })
+	// Done, not only sent: its finish (which runs the hook) is behind it.
+	b.WaitFor("the first message done", 10*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`) == 1
+	})
 	armed.Store(true)
 	importBacklogs(t, b, "e", n, each)
 	b.WaitFor("the first round", 10*time.Second, func() bool { return len(b.WhatsApp.Sends()) > 1 })
