@@ -5,24 +5,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/ordo-dev/ordo/sql/sqltest"
 )
 
-// ordo.reserve_send, the pacing's one decision, on its own: slots exactly
-// 1/send_rate apart, a reserved slot kept across calls, a throttle that
-// moves slots out, the pair gap, a paused tenant. Pinned on the database's
-// clock, so it holds however loaded the machine is.
-func TestReserveSendSpacing(t *testing.T) {
-	t.Parallel()
+// pacedConversations creates tenant acme at send_rate rate with n
+// conversations (c0, c1, …) of one queued outbound message each.
+func pacedConversations(t *testing.T, rate, n int) (pool *pgxpool.Pool, tenant int64, convs []int64) {
+	t.Helper()
 	ctx := context.Background()
-	pool := sqltest.New(t)
-	var tenant int64
-	// One send a second: reserved slots stay in the future however slow
-	// this test runs.
-	if err := pool.QueryRow(ctx, `INSERT INTO ordo.tenants (slug, send_rate) VALUES ('acme', 1) RETURNING id`).Scan(&tenant); err != nil {
+	pool = sqltest.New(t)
+	if err := pool.QueryRow(ctx, `INSERT INTO ordo.tenants (slug, send_rate) VALUES ('acme', $1) RETURNING id`, rate).Scan(&tenant); err != nil {
 		t.Fatal(err)
 	}
-	convs := make([]int64, 6)
+	convs = make([]int64, n)
 	for i := range convs {
 		if _, err := pool.Exec(ctx, `SELECT ordo.enqueue_message('acme', 'c' || $1::int, 'm' || $1::int, 'outbound', '{}')`, i); err != nil {
 			t.Fatal(err)
@@ -31,19 +28,39 @@ func TestReserveSendSpacing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return pool, tenant, convs
+}
+
+// reserveSend asks ordo.reserve_send for conversation conv of tenant on
+// number P1; the wait is -1 when there is none (paused).
+func reserveSend(t *testing.T, pool *pgxpool.Pool, tenant, conv int64, horizon time.Duration) (string, time.Duration) {
+	t.Helper()
+	var (
+		verdict string
+		wait    *time.Duration
+	)
+	if err := pool.QueryRow(context.Background(), `SELECT verdict, wait FROM ordo.reserve_send($1, $2, 0, 'P1', $3)`, tenant, conv, horizon).Scan(&verdict, &wait); err != nil {
+		t.Fatal(err)
+	}
+	if wait == nil {
+		return verdict, -1
+	}
+	return verdict, *wait
+}
+
+// ordo.reserve_send, the pacing's one decision, on its own: slots exactly
+// 1/send_rate apart, a reserved slot kept across calls, a throttle that
+// moves slots out, the pair gap, a paused tenant. Pinned on the database's
+// clock, so it holds however loaded the machine is.
+func TestReserveSendSpacing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// One send a second: reserved slots stay in the future however slow
+	// this test runs.
+	pool, tenant, convs := pacedConversations(t, 1, 6)
 	reserve := func(conv int64, horizon time.Duration) (string, time.Duration) {
 		t.Helper()
-		var (
-			verdict string
-			wait    *time.Duration
-		)
-		if err := pool.QueryRow(ctx, `SELECT verdict, wait FROM ordo.reserve_send($1, $2, $3, $4, $5)`, tenant, conv, 0, "P1", horizon).Scan(&verdict, &wait); err != nil {
-			t.Fatal(err)
-		}
-		if wait == nil {
-			return verdict, -1
-		}
-		return verdict, *wait
+		return reserveSend(t, pool, tenant, conv, horizon)
 	}
 	ticket := func(conv int64) time.Time {
 		t.Helper()
@@ -158,34 +175,11 @@ func TestReserveSendSpacing(t *testing.T) {
 func TestReserveSendSpacesSlotsRedeemedLate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := sqltest.New(t)
 	const rate = 4 // 250ms apart: well beyond the tolerance
-	var tenant int64
-	if err := pool.QueryRow(ctx, `INSERT INTO ordo.tenants (slug, send_rate) VALUES ('acme', $1) RETURNING id`, rate).Scan(&tenant); err != nil {
-		t.Fatal(err)
-	}
-	convs := make([]int64, 5)
-	for i := range convs {
-		if _, err := pool.Exec(ctx, `SELECT ordo.enqueue_message('acme', 'c' || $1::int, 'm' || $1::int, 'outbound', '{}')`, i); err != nil {
-			t.Fatal(err)
-		}
-		if err := pool.QueryRow(ctx, `SELECT id FROM ordo.conversations WHERE conversation_id = 'c' || $1::int`, i).Scan(&convs[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pool, tenant, convs := pacedConversations(t, rate, 5)
 	reserve := func(conv int64) (string, time.Duration) {
 		t.Helper()
-		var (
-			verdict string
-			wait    *time.Duration
-		)
-		if err := pool.QueryRow(ctx, `SELECT verdict, wait FROM ordo.reserve_send($1, $2, 0, 'P1', '0')`, tenant, conv).Scan(&verdict, &wait); err != nil {
-			t.Fatal(err)
-		}
-		if wait == nil {
-			return verdict, 0
-		}
-		return verdict, *wait
+		return reserveSend(t, pool, tenant, conv, 0)
 	}
 	if v, _ := reserve(convs[0]); v != "go" {
 		t.Fatalf("first send: %s", v)

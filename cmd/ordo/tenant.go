@@ -181,18 +181,9 @@ func tenantPause(ctx context.Context, env *cli.Env, args []string) error {
 	if err := requireFlag("slug", *slug); err != nil {
 		return err
 	}
-	pool, store, err := openTenantStore(ctx, env)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	var paused bool
-	err = audited(ctx, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
-		var err error
-		if paused, err = store.PauseSendingTx(ctx, tx, *slug, *reason); err != nil {
-			return engine.AuditEntry{}, err
-		}
-		return engine.AuditEntry{Action: "tenant.pause", Tenant: *slug, Details: auditDetails(map[string]any{"reason": *reason, "was_paused": !paused})}, nil
+	paused, err := changeSending(ctx, env, func(store *tenants.Store, tx pgx.Tx) (engine.AuditEntry, bool, error) {
+		paused, err := store.PauseSendingTx(ctx, tx, *slug, *reason)
+		return engine.AuditEntry{Action: "tenant.pause", Tenant: *slug, Details: auditDetails(map[string]any{"reason": *reason, "was_paused": !paused})}, paused, err
 	})
 	if err != nil {
 		return err
@@ -215,18 +206,9 @@ func tenantResume(ctx context.Context, env *cli.Env, args []string) error {
 	if err := requireFlag("slug", *slug); err != nil {
 		return err
 	}
-	pool, store, err := openTenantStore(ctx, env)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	var resumed bool
-	err = audited(ctx, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
-		var err error
-		if resumed, err = store.ResumeSendingTx(ctx, tx, *slug); err != nil {
-			return engine.AuditEntry{}, err
-		}
-		return engine.AuditEntry{Action: "tenant.resume", Tenant: *slug, Details: auditDetails(map[string]bool{"was_paused": resumed})}, nil
+	resumed, err := changeSending(ctx, env, func(store *tenants.Store, tx pgx.Tx) (engine.AuditEntry, bool, error) {
+		resumed, err := store.ResumeSendingTx(ctx, tx, *slug)
+		return engine.AuditEntry{Action: "tenant.resume", Tenant: *slug, Details: auditDetails(map[string]bool{"was_paused": resumed})}, resumed, err
 	})
 	if err != nil {
 		return err
@@ -235,6 +217,22 @@ func tenantResume(ctx context.Context, env *cli.Env, args []string) error {
 		Tenant  string `json:"tenant"`
 		Resumed bool   `json:"resumed"`
 	}{*slug, resumed})
+}
+
+// changeSending runs change (a pause or a resume of a tenant's sending) in
+// an audited transaction; changed is its answer.
+func changeSending(ctx context.Context, env *cli.Env, change func(*tenants.Store, pgx.Tx) (engine.AuditEntry, bool, error)) (changed bool, err error) {
+	pool, store, err := openTenantStore(ctx, env)
+	if err != nil {
+		return false, err
+	}
+	defer pool.Close()
+	err = audited(ctx, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
+		entry, ok, err := change(store, tx)
+		changed = ok
+		return entry, err
+	})
+	return changed, err
 }
 
 // tenantList prints one JSON line per tenant.
