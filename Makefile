@@ -16,6 +16,9 @@
 #   make lint    gofmt and go vet
 #   make build   bin/ordo
 
+# The Go release go.mod names; the machine's own go fetches it from the
+# module proxy once (GOTOOLCHAIN) and every target builds with it.
+export GOTOOLCHAIN := go1.27.3
 GO       ?= go
 ORDO     ?= $(GO) run ./cmd/ordo
 ARGS     ?=

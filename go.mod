@@ -1,6 +1,6 @@
 module github.com/ordo-dev/ordo
 
-go 1.26.8
+go 1.27.3
 
 require (
 	github.com/chromedp/cdproto v0.159.0
