@@ -19,9 +19,6 @@ import (
 // ("ordo"), keeping them apart from River's and an application's own locks.
 const lockNamespace = 0x6f72646f
 
-// errLockBusy: another drain holds the conversation.
-var errLockBusy = errors.New("conversation is locked by another drain")
-
 // ErrFenced is returned by a write of a drain that lost its conversation: a
 // newer drain took over (bumped the fence) and the write was rolled back.
 var ErrFenced = errors.New("stale fencing token: another drain owns the conversation")

@@ -393,7 +393,7 @@ func (s *Store) ResumeSendingTx(ctx context.Context, q Querier, slug string) (re
 // so drains wait on it the same way and ordo.resume_sending lifts it. Only
 // the tenant row is locked (sql/LOCKING.md level 1).
 const pauseSending = `
-WITH t AS (SELECT id, sending_paused_at IS NULL AS running FROM ordo.tenants WHERE slug = $1 FOR UPDATE)
+WITH t AS (SELECT id, sending_paused_at IS NULL AS running FROM ordo.tenants WHERE slug = $1 FOR NO KEY UPDATE)
 UPDATE ordo.tenants SET sending_paused_at = now(), sending_paused_reason = $2
 FROM t WHERE ordo.tenants.id = t.id AND t.running
 RETURNING true`
