@@ -146,13 +146,13 @@ func (r *run) message(ctx context.Context, m message, steps []step) (outcome, er
 type action int
 
 const (
-	actRetry      action = iota // retry after backoff (a provider's Retry-After wins)
-	actThrottle                 // retry after backoff and slow the whole phone number as long
-	actPairRate                 // retry this conversation after 4^X PairRateUnit; others go on
-	actAmbiguous                // the effect may have happened: settle before any resend
-	actDeadLetter               // permanent: dead-letter now
-	actPause                    // the tenant's credential or account is bad: pause its sending
-	actUnreachable              // the handler is not there: the tenant's handler is unreachable (reachability.go)
+	actRetry       action = iota // retry after backoff (a provider's Retry-After wins)
+	actThrottle                  // retry after backoff and slow the whole phone number as long
+	actPairRate                  // retry this conversation after 4^X PairRateUnit; others go on
+	actAmbiguous                 // the effect may have happened: settle before any resend
+	actDeadLetter                // permanent: dead-letter now
+	actPause                     // the tenant's credential or account is bad: pause its sending
+	actUnreachable               // the handler is not there: the tenant's handler is unreachable (reachability.go)
 )
 
 // failure is a step attempt's error and what it leads to.
