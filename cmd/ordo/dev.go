@@ -155,9 +155,10 @@ Try it:
 
 Point the demo tenant at a handler (an n8n Webhook node, say); from this
 directory the ordo commands need no variables (they read %[5]s/env):
-  ordo tenant update --slug demo --handler-url http://localhost:5678/webhook/ordo \
+  bin/ordo tenant update --slug demo --handler-url http://localhost:5678/webhook/ordo \
     --handler-mode sync --handler-timeout %[7]s
-  ordo tenant create --slug second
+  bin/ordo tenant create --slug second
+(A tenant without a WhatsApp credential, like that one, sends to the sandbox.)
 
 Ctrl-C stops it; the data stays in %[5]s for the next start.
 `, base, demo.APIKey, adminPassword, redactURL(databaseURL), dir, demo.HandlerSecret, tenants.HandlerTimeoutDefault)

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ordo-dev/ordo/cmd/internal/cli"
 	"github.com/ordo-dev/ordo/engine"
 	ordosql "github.com/ordo-dev/ordo/sql"
 )
 
-const migrateUsage = "ordo migrate up | down [--yes] | version"
+const migrateUsage = "ordo migrate up [--wait D] | down [--yes] | version"
 
 // runMigrate is `ordo migrate up | down [--yes] | version`. An up that
 // changed the schema is audited; a down is not (it drops the audit log).
@@ -21,8 +22,11 @@ func runMigrate(ctx context.Context, env *cli.Env, args []string) error {
 	}
 	fs := cli.NewFlagSet(env, "ordo migrate "+action)
 	var yes *bool
+	wait := new(time.Duration)
 	switch action {
-	case "up", "version":
+	case "up":
+		wait = fs.Duration("wait", 0, "keep trying this long for the database to answer (a container started beside Postgres); 0 tries once")
+	case "version":
 	case "down":
 		yes = fs.Bool("yes", false, "drop without asking (needed when not run on a terminal)")
 	default:
@@ -40,6 +44,15 @@ func runMigrate(ctx context.Context, env *cli.Env, args []string) error {
 		}
 	}
 	from, _, err := ordosql.Version(env.DatabaseURL)
+	for deadline := time.Now().Add(*wait); err != nil && time.Now().Before(deadline); {
+		fmt.Fprintf(env.Stderr, "ordo migrate: the database does not answer yet, retrying (--wait %s)\n", *wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+		from, _, err = ordosql.Version(env.DatabaseURL)
+	}
 	if err != nil {
 		return err
 	}

@@ -103,6 +103,9 @@ func TrustedProxies(env *Env) ([]netip.Prefix, error) {
 	return ps, nil
 }
 
+// MakeKeyHint says how to make a master key without Go or a database.
+const MakeKeyHint = `make a key with: export ORDO_MASTER_KEYS="k1:$(openssl rand -base64 32)" (or bin/ordo keys generate)`
+
 // MasterKeys parses ORDO_MASTER_KEYS.
 func MasterKeys(env *Env) ([]tenants.MasterKey, error) {
 	if env.MasterKeys == "" {
@@ -112,7 +115,7 @@ func MasterKeys(env *Env) ([]tenants.MasterKey, error) {
 	}
 	keys, err := tenants.ParseMasterKeys(env.MasterKeys)
 	if err != nil {
-		return nil, fmt.Errorf("ORDO_MASTER_KEYS: %w", err)
+		return nil, fmt.Errorf("ORDO_MASTER_KEYS: %w; %s", err, MakeKeyHint)
 	}
 	return keys, nil
 }
