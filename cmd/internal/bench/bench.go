@@ -123,7 +123,7 @@ func parseBenchFlags(env *cli.Env, args []string) (benchConfig, error) {
 	fs.StringVar(&c.results, "results", ResultsFileDefault, "Markdown file this run's table and targets are appended to, with the date, commit and flags; empty: none")
 	c.args = args
 	fs.IntVar(&c.concurrency, "concurrency", 32, "concurrent load-generator clients, the same for every system")
-	fs.IntVar(&c.workers, "workers", 16, "concurrent senders per system (ordo --workers, River MaxWorkers, sql-floor finishers); 16 fits 2 cores and a loopback provider (README: Performance)")
+	fs.IntVar(&c.workers, "workers", 16, "concurrent senders per system (ordo --workers, River MaxWorkers, sql-floor finishers); 16 fits 2 cores and a loopback provider (cmd/ordo-bench/README.md)")
 	fs.IntVar(&c.spreadConvs, "spread-conversations", 2000, "conversations of the spread scenario (issue: 10000)")
 	fs.IntVar(&c.spreadMsgs, "spread-messages", 5, "messages per conversation in spread (issue: 5)")
 	fs.IntVar(&c.hotConvs, "hot-conversations", 100, "conversations of the hot scenario (issue: 100)")

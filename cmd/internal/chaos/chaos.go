@@ -25,7 +25,7 @@
 //	settle.go             after the load: settling, ordo's view, dead letters
 //	check.go              the checker (a pure function of what was recorded) and the report
 //
-// README.md ("The crash and fault run") says what the run does and what
+// cmd/ordo-chaos/README.md says what the run does and what
 // each check means.
 package chaos
 
