@@ -17,6 +17,8 @@ import (
 	"os/user"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -149,10 +151,11 @@ func PrintJSON(w io.Writer, v any) error {
 	return nil
 }
 
-// isTerminal reports whether f is a terminal (a character device).
+// isTerminal reports whether f is a terminal: a character device that
+// answers a terminal's ioctl (/dev/null is a character device too).
 func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 // osActor is "cli:user@host" for the process's OS user and machine.
