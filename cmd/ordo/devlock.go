@@ -42,7 +42,8 @@ func lockDevDir(dir, addr string) (*devLock, error) {
 			"or run this one from another directory", errDevRunning, readHolder(f), dir)
 	}
 	holder := fmt.Sprintf("pid %d, address %s\n", os.Getpid(), addr)
-	if err := f.Truncate(0); err == nil {
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt([]byte(holder), 0)
 	}
 	if err != nil {
