@@ -461,7 +461,8 @@ func printNoisy(w io.Writer, results []benchResult) {
 	tw.Flush()
 }
 
-// noisyTargets checks issue 11's targets for ordo's noisy runs.
+// noisyTargets checks the fairness targets (cmd/ordo-bench/README.md) for
+// ordo's noisy runs.
 func noisyTargets(results []benchResult, check func(ok bool, what, got string)) {
 	for _, r := range results {
 		if r.Noisy == nil || r.System != "ordo" {

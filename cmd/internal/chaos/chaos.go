@@ -25,7 +25,7 @@
 //	settle.go             after the load: settling, ordo's view, dead letters
 //	check.go              the checker (a pure function of what was recorded) and the report
 //
-// README.md ("The crash and fault run") says what the run does and what
+// cmd/ordo-chaos/README.md says what the run does and what
 // each check means.
 package chaos
 
@@ -94,7 +94,7 @@ type Config struct {
 	APIKills, PGRestarts, Stalls int
 	// RollingDeploys is how many times every process is SIGTERMed and
 	// restarted in turn, under load. Default 0 (none) until SIGTERM is
-	// graceful in the engine (issue 10): on today's engine a deploy
+	// graceful in the engine: on an engine without it a deploy
 	// duplicates sends, and the run says so.
 	RollingDeploys int
 	// OperatorResolves is how many dead letters an operator replays or
