@@ -18,6 +18,8 @@
 //	load.go               the clients and their ledger (a stresser)
 //	probe.go              the bad-input prober (a stresser)
 //	fault_hostile_flood.go strangers flooding the public webhook (a fault that runs alone)
+//	fault_pg_away.go      Postgres stopped 20 s: quiet logs, 503 with Retry-After, /readyz (runs alone)
+//	fault_handler_outage.go the tenants' handler away (refused, then n8n's 404): no dead letter, no halt
 //	latency.go            the real clients' waits, read by the flood
 //	meta.go               Meta's webhooks: statuses, end users' messages
 //	provider.go           the misbehaving provider (its faults are per request) and the tenants' handler
