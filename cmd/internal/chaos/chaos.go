@@ -248,7 +248,8 @@ type run struct {
 	pgAways        []pgAwayRecord        // fault_pg_away.go
 	handlerOutages []handlerOutageRecord // fault_handler_outage.go
 
-	answers answerLog // the API's answers to the clients during a Postgres outage
+	answers    answerLog       // the API's answers to the clients during a Postgres outage
+	exclusives []exclusiveSpan // when each exclusive fault ran (fault.go)
 }
 
 // chaosTenant is a tenant as the clients know it.
@@ -585,6 +586,7 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		handlerOutages: r.handlerOutages,
 		handledAt:      r.handler.srv.handled(),
 		halted:         halted,
+		exclusives:     r.exclusives,
 	}
 	for _, t := range r.tenants {
 		in.policies = append(in.policies, t.ambiguous)

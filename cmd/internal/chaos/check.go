@@ -58,6 +58,7 @@ type chaosInput struct {
 	handlerOutages []handlerOutageRecord // each handler outage's figures
 	handledAt      map[string]time.Time  // slug:message id → the handler's first 200
 	halted         []string              // the handler tenants' conversations shown halted
+	exclusives     []exclusiveSpan       // when each exclusive fault ran
 }
 
 // chaosCheck is one verdict.

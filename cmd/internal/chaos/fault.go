@@ -215,11 +215,17 @@ func (r *run) runFaults(ctx context.Context, plan *faultPlan) {
 				alone.RLock()
 				defer alone.RUnlock()
 			}
+			began := time.Now()
 			if !f.Inject(ctx, r) {
 				return
 			}
 			time.Sleep(f.slot().pause)
 			f.Recover(ctx, r)
+			if excl {
+				r.windowMu.Lock()
+				r.exclusives = append(r.exclusives, exclusiveSpan{kind: f.Kind(), from: began, to: time.Now()})
+				r.windowMu.Unlock()
+			}
 		}()
 	}
 }

@@ -115,6 +115,14 @@ func TestHandlerOutageJudged(t *testing.T) {
 			in.deadLetters = append(in.deadLetters, chaosDeadLetter{tenant: 0, messageID: "in1"})
 		}, true},
 		{"a conversation halted", func(in *chaosInput) { in.halted = []string{`conversation "c" of chaos-0: {"status":"halted"}`} }, true},
+		{"handled 110 s after, a 30 s deploy meanwhile", func(in *chaosInput) {
+			in.handledAt["chaos-0:in1"] = back.Add(110 * time.Second)
+			in.exclusives = []exclusiveSpan{{kind: faultRollingDeploy, from: back.Add(20 * time.Second), to: back.Add(50 * time.Second)}}
+		}, false},
+		{"handled 110 s after, a hostile flood meanwhile", func(in *chaosInput) {
+			in.handledAt["chaos-0:in1"] = back.Add(110 * time.Second)
+			in.exclusives = []exclusiveSpan{{kind: faultHostileFlood, from: back.Add(20 * time.Second), to: back.Add(50 * time.Second)}}
+		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := setup()

@@ -173,6 +173,7 @@ func judgeHandlerOutages(rep *Report, in chaosInput) {
 	problems = append(problems, in.halted...)
 	var figures []string
 	for _, o := range in.handlerOutages {
+		bound := HandledAfterBackMax + stoppedDelivery(in.exclusives, o.back, o.back.Add(HandledAfterBackMax))
 		var slowest time.Duration
 		late, never := 0, 0
 		for _, k := range o.waiting {
@@ -181,7 +182,7 @@ func judgeHandlerOutages(rep *Report, in chaosInput) {
 			case !ok:
 				never++
 				problems = append(problems, fmt.Sprintf("%.80q waited for the handler and was never handled", k))
-			case at.Sub(o.back) > HandledAfterBackMax:
+			case at.Sub(o.back) > bound:
 				late++
 				problems = append(problems, fmt.Sprintf("%.80q handled %.1fs after the handler was back", k, at.Sub(o.back).Seconds()))
 			}
@@ -189,12 +190,50 @@ func judgeHandlerOutages(rep *Report, in chaosInput) {
 				slowest = max(slowest, at.Sub(o.back))
 			}
 		}
-		figures = append(figures, fmt.Sprintf("away %.0fs (404 from +%.0fs, %d answered): %d inbound messages waited, the last handled %.1fs after it was back, %d late, %d never",
-			o.back.Sub(o.down).Seconds(), o.notFound.Sub(o.down).Seconds(), o.notFounds, len(o.waiting), slowest.Seconds(), late, never))
+		figures = append(figures, fmt.Sprintf("away %.0fs (404 from +%.0fs, %d answered): %d inbound messages waited, the last handled %.1fs after it was back (bound %.0fs: %s plus the faults that stopped delivery meanwhile), %d late, %d never",
+			o.back.Sub(o.down).Seconds(), o.notFound.Sub(o.down).Seconds(), o.notFounds, len(o.waiting), slowest.Seconds(), bound.Seconds(), HandledAfterBackMax, late, never))
 	}
 	rep.add("a handler outage: no dead letter, no halt, handled soon after", len(problems) == 0,
-		fmt.Sprintf("%d inbound dead letters, %d halted conversations; within %s of its return: %s",
-			dead, len(in.halted), HandledAfterBackMax, strings.Join(figures, "; ")), problems...)
+		fmt.Sprintf("%d inbound dead letters, %d halted conversations; %s", dead, len(in.halted), strings.Join(figures, "; ")), problems...)
+}
+
+// exclusiveSpan is when an exclusive fault (one that runs alone) ran, from
+// its Inject to the end of its Recover.
+type exclusiveSpan struct {
+	kind     string
+	from, to time.Time
+}
+
+// stoppedDelivery is how long, within [from, to], an exclusive fault that
+// stops delivery was under way (a rolling deploy, Postgres away, a
+// failover; not a hostile flood, which leaves the workers be): the
+// handler's verdict window is lengthened by it, so that it judges the
+// handler's return, not a deploy that happened to follow it.
+func stoppedDelivery(spans []exclusiveSpan, from, to time.Time) time.Duration {
+	var d time.Duration
+	for _, s := range spans {
+		if s.kind == faultHostileFlood {
+			continue
+		}
+		if lo, hi := maxTime(s.from, from), minTime(s.to, to); hi.After(lo) {
+			d += hi.Sub(lo)
+		}
+	}
+	return d
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // haltedConversations lists the handler tenants' conversations that ordo
