@@ -108,6 +108,10 @@ type benchConfig struct {
 	quietTenants, quietRate         int
 	quietFor                        time.Duration
 	providerDelay                   time.Duration
+
+	// cpuHog is how many busy processes (bench_cpuhog.go) run beside the
+	// whole run, as other users of a shared machine would.
+	cpuHog int
 }
 
 func parseBenchFlags(env *cli.Env, args []string) (benchConfig, error) {
@@ -152,8 +156,12 @@ func parseBenchFlags(env *cli.Env, args []string) (benchConfig, error) {
 	fs.IntVar(&c.quietRate, "quiet-rate", 4, "noisy: messages per second each quiet tenant offers over REST, each in a conversation of its own")
 	fs.DurationVar(&c.quietFor, "quiet-duration", 15*time.Second, "noisy: how long the quiet tenants offer (keep it shorter than the burst's drain)")
 	fs.DurationVar(&c.providerDelay, "provider-delay", 50*time.Millisecond, "noisy: the fake Cloud API answers each send after this long")
+	fs.IntVar(&c.cpuHog, "cpu-hog", 0, "busy processes (a tight loop each, nice 0) running beside the whole run, stopped at its end")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return c, err
+	}
+	if c.cpuHog < 0 {
+		return c, errors.New("--cpu-hog must be 0 or more")
 	}
 	var err error
 	if c.scenarios, err = pickList("--scenario", scenario, benchScenarios); err != nil {
@@ -226,6 +234,9 @@ func Main(ctx context.Context, env *cli.Env, args []string) error {
 	if len(args) > 0 && args[0] == "--child" {
 		return runChild(ctx, env, args[1:])
 	}
+	if len(args) > 0 && args[0] == cpuHogArg {
+		cpuHog()
+	}
 	cfg, err := parseBenchFlags(env, args)
 	if err != nil {
 		return err
@@ -251,6 +262,14 @@ func Main(ctx context.Context, env *cli.Env, args []string) error {
 	defer b.close()
 
 	b.printHeader()
+	if cfg.cpuHog > 0 {
+		stopHogs, err := startCPUHogs(cfg.cpuHog)
+		if err != nil {
+			return err
+		}
+		defer stopHogs()
+		fmt.Fprintf(env.Stdout, "cpu hogs: %d busy processes beside the run\n", cfg.cpuHog)
+	}
 	var results []benchResult
 	for _, sc := range cfg.scenarios {
 		if sc == "claim" {
