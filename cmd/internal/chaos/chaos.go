@@ -92,6 +92,11 @@ type Config struct {
 	// injects. Defaults scale with Duration: one per minute, per 90s and
 	// per 90s, at least one each.
 	APIKills, PGRestarts, Stalls int
+	// Partitions is how many of each network fault the run injects: a
+	// worker cut off from Postgres, a worker cut off from the Cloud API,
+	// Postgres slowed by PGSlowMin..PGSlowMax per round trip (network.go).
+	// Default: one per 90s, at least one each; none with HA.
+	Partitions int
 	// RollingDeploys is how many times every process is SIGTERMed and
 	// restarted in turn, under load. Default 0 (none) until SIGTERM is
 	// graceful in the engine (issue 10): on today's engine a deploy
@@ -162,6 +167,7 @@ func (c Config) withDefaults() Config {
 	setInt(&c.APIKills, max(1, int(c.Duration/time.Minute)))
 	setInt(&c.PGRestarts, max(1, int(c.Duration/(90*time.Second))))
 	setInt(&c.Stalls, max(1, int(c.Duration/(90*time.Second))))
+	setInt(&c.Partitions, max(1, int(c.Duration/(90*time.Second))))
 	setInt(&c.Failovers, max(1, int(c.Duration/FailoverEvery)))
 	setDur(&c.Lease, 4*time.Second)
 	setDur(&c.SendTimeout, 1500*time.Millisecond)
@@ -233,6 +239,10 @@ type run struct {
 	replays     map[chaosConvKey]int // fault_operator_resolve.go: replays per conversation
 	failovers   []haFault            // fault_ha_*.go
 	ledger      *chaosLedger         // the clients' ledger, once the load starts
+	partitions  []partitionRecord    // fault_worker_*_cut.go
+
+	netMu sync.Mutex
+	net   network // the proxies between the processes and Postgres, the workers and the Cloud API
 }
 
 // chaosTenant is a tenant as the clients know it.
@@ -560,6 +570,9 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		hostile:     r.hostileRecords(),
 		ha:          cfg.HA,
 		failovers:   r.failoverRecords(),
+		partitions:  r.partitionRecords(),
+		workerSends: r.workerSends(),
+		lease:       cfg.Lease,
 	}
 	for _, t := range r.tenants {
 		in.policies = append(in.policies, t.ambiguous)

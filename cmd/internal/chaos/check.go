@@ -46,13 +46,16 @@ type chaosInput struct {
 	waited      time.Duration
 	quiesce     time.Duration
 	logProblems []string
-	deploys     []faultWindow        // each process's shutdown in a rolling deploy
-	resolves    []faultWindow        // each operator's replay or skip of a dead letter
-	replays     map[chaosConvKey]int // dead letters replayed per conversation
-	policies    []string             // per tenant: resend or reconcile
-	hostile     []hostileRecord      // each hostile flood's figures
-	ha          bool                 // the run's database was an HA cluster (--ha)
-	failovers   []haFault            // with ha: each failover fault as it happened
+	deploys     []faultWindow          // each process's shutdown in a rolling deploy
+	resolves    []faultWindow          // each operator's replay or skip of a dead letter
+	replays     map[chaosConvKey]int   // dead letters replayed per conversation
+	policies    []string               // per tenant: resend or reconcile
+	hostile     []hostileRecord        // each hostile flood's figures
+	ha          bool                   // the run's database was an HA cluster (--ha)
+	failovers   []haFault              // with ha: each failover fault as it happened
+	partitions  []partitionRecord      // each worker partition as it happened
+	workerSends map[string][]time.Time // per worker: when it sent to the Cloud API, as its proxy saw it
+	lease       time.Duration          // the workers' lease
 }
 
 // chaosCheck is one verdict.
@@ -378,6 +381,7 @@ func chaosJudge(in chaosInput) *Report {
 			missing = append(missing, fmt.Sprintf("%s: %d of %d planned", k, in.faults[k], n))
 		}
 	}
+	judgePartitions(rep, in)
 	rep.add("every kind of fault injected", len(missing) == 0, chaosFaultSummary(rep.faults), missing...)
 	if in.ha {
 		judgeFailovers(rep, in)
@@ -394,7 +398,8 @@ func chaosJudge(in chaosInput) *Report {
 func chaosFaultSummary(f map[string]int) string {
 	kinds := []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall,
 		faultProvider500, faultProviderTimeout, faultProviderDelivered, faultProviderPairRate, faultProviderPermanent}
-	for _, k := range []string{faultRollingDeploy, faultOperatorResolve, faultHostileFlood, faultHAPrimaryKill, faultHASwitchover, faultHAStandbyRestart} {
+	for _, k := range []string{faultRollingDeploy, faultOperatorResolve, faultHostileFlood, faultHAPrimaryKill, faultHASwitchover, faultHAStandbyRestart,
+		faultWorkerDBCut, faultWorkerAPICut, faultPGSlow} {
 		if f[k] > 0 { // optional kinds: named only when the run had them
 			kinds = append(kinds, k)
 		}

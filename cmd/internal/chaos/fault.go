@@ -80,6 +80,9 @@ var faultKinds = []faultKind{
 	haPrimaryKillKind,
 	haSwitchoverKind,
 	haStandbyRestartKind,
+	workerDBCutKind,
+	workerAPICutKind,
+	pgSlowKind,
 }
 
 // planner draws the plan from the seed: the periodic faults first, then the
@@ -151,7 +154,7 @@ func (p *faultPlan) kinds() map[string]int {
 
 // planShown is the order in which the plan line names the kinds.
 var planShown = []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall, faultRollingDeploy, faultOperatorResolve, faultHostileFlood,
-	faultHAPrimaryKill, faultHASwitchover, faultHAStandbyRestart}
+	faultHAPrimaryKill, faultHASwitchover, faultHAStandbyRestart, faultWorkerDBCut, faultWorkerAPICut, faultPGSlow}
 
 func (p *faultPlan) print(l *faultLog) {
 	k := p.kinds()
