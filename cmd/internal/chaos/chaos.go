@@ -128,6 +128,14 @@ type Config struct {
 	// Failovers is how many of each failover fault an HA run injects.
 	// Default: one per FailoverEvery of load, at least one.
 	Failovers int
+	// SoakDir, if set, makes the run a soak (soak.go): faults every few
+	// minutes, load at half the capacity unless Rate says otherwise, a
+	// sample every SoakSampleEvery, and the table (report.md) and the plot
+	// (soak.png) written to SoakDir. Default "" (a crash run).
+	SoakDir string
+	// SoakSampleEvery is how often a soak samples. Default
+	// SoakSampleEveryDefault.
+	SoakSampleEvery time.Duration
 	// Lease and SendTimeout are handed to the workers (see jobs.Config).
 	// Defaults 4s, 1.5s: a stalled or killed worker's conversations move on
 	// within seconds.
@@ -138,6 +146,7 @@ func (c Config) withDefaults() Config {
 	if c.Duration == 0 {
 		c.Duration = 3 * time.Minute
 	}
+	c = c.withSoakDefaults()
 	if c.Seed == 0 {
 		c.Seed = uint64(time.Now().UnixNano())
 	}
@@ -240,6 +249,8 @@ type run struct {
 	failovers   []haFault            // fault_ha_*.go
 	ledger      *chaosLedger         // the clients' ledger, once the load starts
 	partitions  []partitionRecord    // fault_worker_*_cut.go
+
+	workerAddrs []string // each worker's listener: /healthz, /readyz, /metrics
 
 	netMu sync.Mutex
 	net   network // the proxies between the processes and Postgres, the workers and the Cloud API
@@ -366,8 +377,16 @@ func (r *run) setUp(ctx context.Context, dir string) error {
 
 	r.api = r.newProc(dir, "api", "serve", "--role", "api")
 	for i := range cfg.Workers {
+		// Its probes' listener, on a port of its own that the soak reads
+		// its metrics from.
+		port, err := chaosFreePort()
+		if err != nil {
+			return err
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		r.workerAddrs = append(r.workerAddrs, addr)
 		r.workers = append(r.workers, r.newProc(dir, "worker-"+strconv.Itoa(i+1), "serve", "--role", "worker",
-			"--addr", "127.0.0.1:0", // its probes' listener: any free port, not the API's
+			"--addr", addr,
 			"--workers", "16",
 			"--lease", cfg.Lease.String(),
 			"--send-timeout", cfg.SendTimeout.String(),
@@ -518,7 +537,19 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 			s.Stress(loadCtx, answerCtx)
 		}()
 	}
+	var sampler *soakSampler
+	samplerDone := make(chan struct{})
+	if cfg.SoakDir != "" {
+		sampler = newSoakSampler(r)
+		go func() {
+			defer close(samplerDone)
+			sampler.run(loadCtx)
+		}()
+	} else {
+		close(samplerDone)
+	}
 	stressing.Wait()
+	<-samplerDone
 	<-done // every process is back up, every stalled one resumed
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
@@ -578,6 +609,11 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		in.policies = append(in.policies, t.ambiguous)
 	}
 	rep := chaosJudge(in)
+	if sampler != nil {
+		if err := r.finishSoak(rep, sampler.samples); err != nil {
+			return nil, err
+		}
+	}
 	rep.print(cfg.Out)
 	return rep, nil
 }
