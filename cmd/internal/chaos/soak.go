@@ -30,8 +30,20 @@ const SoakSampleEveryDefault = time.Minute
 // the harness's own pacing: a third of the load goes to a tenant paced at
 // 25 sends a second (chaosSendRate), so about 75 msg/s is what the three
 // tenants take together before that tenant's conversations queue. A soak
-// offers half of it unless --rate says otherwise.
+// offers half of it, REST and SQL together, unless --rate says otherwise.
 const SoakCapacityDefault = 75
+
+// SoakSQLBatchDefault is a soak's SQL application batch (Config.SQLBatch):
+// smaller than a crash run's, so that most of the load is the REST
+// clients'.
+const SoakSQLBatchDefault = 5
+
+// SoakRESTRate is the REST clients' rate that, with the SQL application's
+// batches of sqlBatch (sqlBatchers sessions, each a transaction about every
+// second, one in four rolled back), offers half of capacity.
+func SoakRESTRate(capacity float64, sqlBatch int) float64 {
+	return max(1, capacity/2-float64(sqlBatchers*sqlBatch)*3/4)
+}
 
 // withSoakDefaults makes a run a soak: faults every few minutes instead of
 // every few seconds, and no hostile flood (its RSS peak is the flood's
@@ -68,7 +80,8 @@ type soakSample struct {
 	at    time.Duration // from the start of the load
 	procs map[string]soakProc
 	// tableBytes and indexBytes sum every table of ordo's and River's;
-	// messages is ordo.messages' live rows; deadTuples sums every table's.
+	// messages counts ordo.messages' rows; deadTuples sums every table's
+	// n_dead_tup (statistics an immediate restart of Postgres resets).
 	tableBytes, indexBytes, messages, deadTuples int64
 	// p99Accept is the clients' wait for a 2xx (retries included), p99Send
 	// from the first offer of a message to the provider's first delivery
@@ -146,7 +159,7 @@ const soakDBQuery = `
 SELECT coalesce(sum(pg_table_size(c.oid)), 0)::bigint,
        coalesce(sum(pg_indexes_size(c.oid)), 0)::bigint,
        coalesce(sum(s.n_dead_tup), 0)::bigint,
-       coalesce(sum(s.n_live_tup) FILTER (WHERE n.nspname = 'ordo' AND c.relname = 'messages'), 0)::bigint
+       (SELECT count(*) FROM ordo.messages)
 FROM pg_class c
 JOIN pg_namespace n ON n.oid = c.relnamespace
 LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
@@ -201,6 +214,9 @@ func readSoakProc(ctx context.Context, pid int, metricsURL string) soakProc {
 				}
 			}
 		}
+	}
+	if out.rssBytes < 0 {
+		return out // gone (killed, restarting): nothing of it to read
 	}
 	if ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd"); err == nil {
 		out.openFiles = int64(len(ents))

@@ -169,8 +169,8 @@ type soakReport struct {
 func (sr soakReport) writeMarkdown(w io.Writer) {
 	cfg := sr.cfg
 	fmt.Fprintf(w, "# ordo soak, %s\n\n", sr.started.UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(w, "seed %d; %s of load at %.1f msg/s (half of a capacity of %.0f); %d workers, %d tenants, %d conversations; a sample every %s.\n\n",
-		cfg.Seed, cfg.Duration, cfg.Rate, 2*cfg.Rate, cfg.Workers, cfg.Tenants, cfg.Conversations, cfg.SoakSampleEvery)
+	fmt.Fprintf(w, "seed %d; %s of load: REST clients at %.1f msg/s and an SQL application in batches of %d (about %.1f msg/s); %d workers, %d tenants, %d conversations; a sample every %s.\n\n",
+		cfg.Seed, cfg.Duration, cfg.Rate, cfg.SQLBatch, float64(sqlBatchers*cfg.SQLBatch)*3/4, cfg.Workers, cfg.Tenants, cfg.Conversations, cfg.SoakSampleEvery)
 	fmt.Fprintf(w, "```\n%s\n```\n\n", strings.TrimSpace(sr.summary))
 	fmt.Fprintln(w, "## Verdicts\n\n| series | first third | last third | slope per hour | verdict |\n|---|---:|---:|---:|---|")
 	passed := 0
