@@ -11,7 +11,12 @@
 //
 //	chaos.go              the configuration and the run itself
 //	fault.go              the fault interface, the seeded plan, the fault log
-//	fault_*.go            one kind of process fault each (kill, stall, restart, deploy)
+//	fault_*.go            one kind of process fault each (kill, stall, restart, deploy,
+//	                      partitions from Postgres or the Cloud API, a slow Postgres)
+//	netproxy.go           the TCP proxy that cuts or slows a connection
+//	network.go            the proxies of a run: each process's to Postgres, each worker's to the Cloud API
+//	check_partition.go    no Cloud API call from a worker cut off from Postgres once its lease is over
+//	soak*.go              make soak: the samples, the verdicts, the table and the plot
 //	fault_ha_*.go         with --ha, the failover faults on a Patroni cluster
 //	check_ha.go           with --ha, the recovery times and their check
 //	stresser.go           the stresser interface
