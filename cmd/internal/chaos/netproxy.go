@@ -8,13 +8,14 @@ package chaos
 // the machine's network changed after a crash of the run, and it records
 // what each worker sent and when, which the lease check reads.
 //
-// A cut proxy behaves like a partition, not like a crash: it stops reading
-// and writing on both sides and holds every connection open; whatever was
-// in flight stays in the kernels' buffers. New connections are accepted and
-// held unanswered. On healing, the held bytes go on (TCP's retransmission
-// after a partition heals), late: a peer that gave up meanwhile, or that
-// Postgres ended (its idle_session_timeout is the drain's lease), sees that
-// then. A slowed proxy delays each chunk it forwards, in each direction.
+// A cut proxy behaves like a partition, not like a crash: it forwards
+// nothing either way and holds every connection open; what either side
+// sends meanwhile is read (and its time noted) but held. New connections
+// are accepted and held unanswered. On healing, the held bytes go on (TCP's
+// retransmission after a partition heals), late: a peer that gave up
+// meanwhile, or that Postgres ended (its idle_session_timeout is the
+// drain's lease), sees that then. A slowed proxy delays each chunk it
+// forwards, in each direction.
 
 import (
 	"errors"
@@ -94,10 +95,15 @@ func (p *chaosProxy) untrack(c net.Conn) {
 }
 
 // handle connects a client to the upstream once the proxy is not cut, and
-// pumps both ways until either side ends.
+// forwards both ways until either side ends. What the client sends is read
+// at once, even while cut (and held): the time of each chunk is when the
+// client sent it, not when a partition let it through.
 func (p *chaosProxy) handle(client net.Conn) {
 	defer p.untrack(client)
 	defer client.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	fromClient := p.read(client, p.record, stop)
 	if !p.pass() {
 		return
 	}
@@ -106,46 +112,62 @@ func (p *chaosProxy) handle(client net.Conn) {
 		return // the upstream is down (Postgres restarting): the client sees its connection end
 	}
 	if !p.track(up) {
+		up.Close()
 		return
 	}
 	defer p.untrack(up)
 	defer up.Close()
+	fromUp := p.read(up, false, stop)
 	done := make(chan struct{}, 2)
-	go func() { p.pump(up, client, p.record); done <- struct{}{} }()
-	go func() { p.pump(client, up, false); done <- struct{}{} }()
+	go func() { p.write(up, fromClient); done <- struct{}{} }()
+	go func() { p.write(client, fromUp); done <- struct{}{} }()
 	<-done // one side ended: end the other, as a proxy that is a host would
 }
 
-// pump copies src to dst chunk by chunk, holding each chunk while the proxy
-// is cut and delaying it while slowed.
-func (p *chaosProxy) pump(dst, src net.Conn, record bool) {
-	buf := make([]byte, 32<<10)
-	for {
+// read reads src chunk by chunk into the channel it returns, closed when
+// src ends; it gives up when stop is closed.
+func (p *chaosProxy) read(src net.Conn, record bool, stop <-chan struct{}) <-chan []byte {
+	chunks := make(chan []byte, 256)
+	go func() {
+		defer close(chunks)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				if record {
+					p.noteUpstream()
+				}
+				select {
+				case chunks <- append([]byte(nil), buf[:n]...):
+				case <-stop:
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return chunks
+}
+
+// write writes each chunk to dst, holding it while the proxy is cut and
+// delaying it while slowed.
+func (p *chaosProxy) write(dst net.Conn, chunks <-chan []byte) {
+	for c := range chunks {
 		if !p.pass() {
 			return
 		}
-		n, err := src.Read(buf)
-		if n > 0 {
-			if record {
-				p.noteUpstream()
-			}
-			if !p.pass() {
-				return
-			}
-			if d := p.delay(); d > 0 {
-				time.Sleep(d)
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
+		if d := p.delay(); d > 0 {
+			time.Sleep(d)
 		}
-		if err != nil {
-			// The end of a connection crosses no partition either: the
-			// other side learns of it once the cut heals.
-			p.pass()
+		if _, err := dst.Write(c); err != nil {
 			return
 		}
 	}
+	// The end of a connection crosses no partition either: the other side
+	// learns of it once the cut heals.
+	p.pass()
 }
 
 // pass waits while the proxy is cut; false once it is closed.

@@ -73,7 +73,14 @@ func TestChaosProxy(t *testing.T) {
 	if _, err := roundTrip(c2, r2, 300*time.Millisecond); !isTimeout(err) {
 		t.Fatalf("new connection while cut: got %v, want a timeout", err)
 	}
+	time.Sleep(100 * time.Millisecond)
+	healed := time.Now()
 	p.Heal()
+	// What was sent while cut is noted when it was sent, not when it went
+	// through.
+	if sent := p.Sent(); len(sent) < 2 || !sent[1].Before(healed.Add(-90*time.Millisecond)) {
+		t.Errorf("a chunk sent while cut noted at %v, healed at %v: want its sending time", sent, healed)
+	}
 	// The line written while cut arrives now, then the next one.
 	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
 	if line, err := r.ReadString('\n'); err != nil || line != "ping\n" {

@@ -257,7 +257,7 @@ func (s soakSample) line() string {
 		p := s.procs[name]
 		parts = append(parts, fmt.Sprintf("%s rss=%.1fMB g=%d fd=%d", name, float64(p.rssBytes)/(1<<20), p.goroutines, p.openFiles))
 	}
-	return fmt.Sprintf("%s; tables=%.1fMB indexes=%.1fMB messages=%d dead=%d; accepted=%d p99=%s sent=%d p99=%s",
+	return fmt.Sprintf("%s; tables=%.1fMB indexes=%.1fMB messages=%d dead=%d; rest_2xx=%d p99=%s first_sends=%d p99=%s",
 		strings.Join(parts, ", "), float64(s.tableBytes)/(1<<20), float64(s.indexBytes)/(1<<20), s.messages, s.deadTuples,
 		s.accepted, s.p99Accept.Round(time.Millisecond), s.sent, s.p99Send.Round(time.Millisecond))
 }
