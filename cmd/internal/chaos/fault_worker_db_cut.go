@@ -47,7 +47,12 @@ func (f *workerDBCut) Desc() string {
 }
 func (f *workerDBCut) slot() slot { return f.s }
 
+// Inject slows the provider's answers for a moment, as the stall does, so
+// that drains are in the middle of sends when their worker is cut off: the
+// answers come, and cannot be recorded.
 func (f *workerDBCut) Inject(ctx context.Context, r *run) bool {
+	r.provider.slowDown(time.Now().Add(2*time.Second), 700*time.Millisecond)
+	time.Sleep(time.Second)
 	w := r.busiestWorker(ctx, f.s.target)
 	p := r.dbProxy(w.Name())
 	if p == nil {
