@@ -17,6 +17,7 @@ func judgePartitions(rep *Report, in chaosInput) {
 		late           []string
 		cuts           int
 		calls, afterIt int
+		total          int // the cut-off workers' requests over the whole run: the record is not empty
 	)
 	for _, p := range in.partitions {
 		if p.kind != faultWorkerDBCut {
@@ -24,6 +25,7 @@ func judgePartitions(rep *Report, in chaosInput) {
 		}
 		cuts++
 		lost := p.from.Add(in.lease)
+		total += len(in.workerSends[p.worker])
 		var n int
 		var first time.Time
 		for _, at := range in.workerSends[p.worker] {
@@ -47,5 +49,6 @@ func judgePartitions(rep *Report, in chaosInput) {
 		return
 	}
 	rep.add("no Cloud API call after a lease was lost", len(late) == 0,
-		fmt.Sprintf("%d workers cut off from Postgres: %d requests while cut off, %d after their lease (%s) was over", cuts, calls, afterIt, in.lease), late...)
+		fmt.Sprintf("%d workers cut off from Postgres (%d requests to the Cloud API over the run): %d requests while cut off, %d after their lease (%s) was over",
+			cuts, total, calls, afterIt, in.lease), late...)
 }
