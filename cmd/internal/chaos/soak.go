@@ -88,6 +88,9 @@ type soakSample struct {
 	// of its (first) text, over the requests of the minute before.
 	p99Accept, p99Send time.Duration
 	accepted, sent     int
+	// load1 is the machine's one-minute load average: on a shared
+	// machine, what the latencies are read against.
+	load1 float64
 }
 
 // soakProc is one ordo process at a sample; -1 where it could not be read
@@ -121,7 +124,12 @@ func (s *soakSampler) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		smp := s.sample(ctx)
+		if ctx.Err() != nil {
+			return // the load ended with this tick: no half-read sample
+		}
+		// Each read has its own timeout; the load ending meanwhile must
+		// not cut the sample short.
+		smp := s.sample(context.WithoutCancel(ctx))
 		s.samples = append(s.samples, smp)
 		s.r.log.printf("soak sample: %s", smp.line())
 	}
@@ -134,6 +142,14 @@ func (s *soakSampler) sample(ctx context.Context) soakSample {
 		smp.procs[name] = readSoakProc(ctx, p.pid, p.metricsURL)
 	}
 	s.readDatabase(ctx, &smp)
+	smp.load1 = -1
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+				smp.load1 = v
+			}
+		}
+	}
 	rest, _ := s.r.latency.during(s.last, now)
 	smp.accepted = len(rest)
 	smp.p99Accept = p99(rest)
@@ -257,9 +273,9 @@ func (s soakSample) line() string {
 		p := s.procs[name]
 		parts = append(parts, fmt.Sprintf("%s rss=%.1fMB g=%d fd=%d", name, float64(p.rssBytes)/(1<<20), p.goroutines, p.openFiles))
 	}
-	return fmt.Sprintf("%s; tables=%.1fMB indexes=%.1fMB messages=%d dead=%d; rest_2xx=%d p99=%s first_sends=%d p99=%s",
+	return fmt.Sprintf("%s; tables=%.1fMB indexes=%.1fMB messages=%d dead=%d; rest_2xx=%d p99=%s first_sends=%d p99=%s; load %.1f",
 		strings.Join(parts, ", "), float64(s.tableBytes)/(1<<20), float64(s.indexBytes)/(1<<20), s.messages, s.deadTuples,
-		s.accepted, s.p99Accept.Round(time.Millisecond), s.sent, s.p99Send.Round(time.Millisecond))
+		s.accepted, s.p99Accept.Round(time.Millisecond), s.sent, s.p99Send.Round(time.Millisecond), s.load1)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -184,7 +184,7 @@ func (sr soakReport) writeMarkdown(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\n%d passed, %d failed\n\n", passed, len(sr.verdicts)-passed)
 
-	fmt.Fprintln(w, "## Samples\n\nRSS in MB, goroutines (gor) and open files (fds) per process (– while it was down); sizes in MB; over the minute before the sample: the REST copies answered 2xx (a message is offered in 1 to 3 copies) and the p99 of their wait, the texts first delivered at the provider and the p99 from their message's offer.")
+	fmt.Fprintln(w, "## Samples\n\nRSS in MB, goroutines (gor) and open files (fds) per process (– while it was down); sizes in MB; over the minute before the sample: the REST copies answered 2xx (a message is offered in 1 to 3 copies) and the p99 of their wait, the texts first delivered at the provider and the p99 from their message's offer; the machine's one-minute load average.")
 	var names []string
 	if len(sr.samples) > 0 {
 		names = sortedKeys(sr.samples[len(sr.samples)-1].procs)
@@ -193,7 +193,7 @@ func (sr soakReport) writeMarkdown(w io.Writer) {
 	for _, n := range names {
 		head = append(head, n+" rss", n+" gor", n+" fds")
 	}
-	head = append(head, "tables MB", "indexes MB", "messages", "dead tuples", "REST 2xx", "p99 accept", "first sends", "p99 send")
+	head = append(head, "tables MB", "indexes MB", "messages", "dead tuples", "REST 2xx", "p99 accept", "first sends", "p99 send", "load")
 	fmt.Fprintf(w, "\n| %s |\n|%s\n", strings.Join(head, " | "), strings.Repeat("---:|", len(head)))
 	num := func(x int64) string {
 		if x < 0 {
@@ -217,7 +217,8 @@ func (sr soakReport) writeMarkdown(w io.Writer) {
 			row = append(row, mb(p.rssBytes), num(p.goroutines), num(p.openFiles))
 		}
 		row = append(row, mb(s.tableBytes), mb(s.indexBytes), num(s.messages), num(s.deadTuples),
-			fmt.Sprint(s.accepted), fmt.Sprint(s.p99Accept.Milliseconds()), fmt.Sprint(s.sent), fmt.Sprint(s.p99Send.Milliseconds()))
+			fmt.Sprint(s.accepted), fmt.Sprint(s.p99Accept.Milliseconds()), fmt.Sprint(s.sent), fmt.Sprint(s.p99Send.Milliseconds()),
+			fmt.Sprintf("%.1f", s.load1))
 		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
 	}
 }
