@@ -9,6 +9,8 @@
 #   make bench   the benchmark      (make bench ARGS="--scenario hot"), cmd/ordo-bench
 #   make chaos   the crash run      (make chaos ARGS="--duration 1m"), cmd/ordo-chaos
 #                driving bin/ordo, which it builds first
+#   make soak    the crash run for an hour at half the capacity, sampled
+#                each minute (make soak ARGS="--duration 20m"), cmd/ordo-chaos
 #   make chaos-ha  the crash run on a Patroni cluster with failovers
 #                (make chaos ARGS="--ha …"; installs patroni and etcd-server
 #                with apt-get when missing)
@@ -36,7 +38,7 @@ FUZZFLAGS ?= -parallel=1
 # packages (./…), replaces the default ./... .
 TEST ?= $(GO) test -race -count=1 -timeout 12m $(ARGS) $(if $(filter ./% ../% github.com/%,$(ARGS)),,./...)
 
-.PHONY: dev test bench chaos chaos-ha n8n-e2e fuzz lint build
+.PHONY: dev test bench chaos chaos-ha soak n8n-e2e fuzz lint build
 
 # make dev builds bin/ordo first: the commands its banner and the README
 # print (bin/ordo tenant create …) then run as printed, in any shell, with
@@ -58,6 +60,13 @@ bench:
 # The crash run starts the product binary as an operator would.
 chaos: build
 	$(GO) run ./cmd/ordo-chaos --ordo bin/ordo $(ARGS)
+
+# The soak: the crash run for an hour at half the capacity, a fault every
+# few minutes, sampled each minute; report and plot in SOAKDIR
+# (make soak ARGS="--duration 20m --capacity 60").
+SOAKDIR ?= cmd/ordo-chaos/soak
+soak: build
+	$(GO) run ./cmd/ordo-chaos --ordo bin/ordo --soak $(SOAKDIR) --duration 1h $(ARGS)
 
 # The n8n end-to-end run: a test behind its own build tag, driving bin/ordo
 # (ordo dev, the operator commands) and n8n as processes.
