@@ -82,13 +82,13 @@ type Config struct {
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
 	// AuthFailureLimit is how many failed authentications (API key or admin
-	// password) one client address, or one API key prefix, may make per
+	// password) one client address may make per
 	// AuthFailureWindow before it is answered 429 with Retry-After, without
 	// a database lookup. Defaults AuthFailureLimitDefault (30) and
 	// AuthFailureWindowDefault (1 minute).
 	AuthFailureLimit  int
 	AuthFailureWindow time.Duration
-	// AuthThrottleEntries bounds the addresses and prefixes tracked (least
+	// AuthThrottleEntries bounds the addresses tracked (least
 	// recently failed forgotten first), for API keys and webhook signatures
 	// each. Default AuthThrottleEntriesDefault.
 	AuthThrottleEntries int
