@@ -87,12 +87,12 @@ func (s *Server) tooManyFailures(w http.ResponseWriter, r *http.Request, wait ti
 
 // tooManyUnsigned answers a webhook sender past its failed signatures:
 // 429 with Retry-After, its body unread. The connection is closed after
-// the answer, or the server would read (and drop) up to 256 KiB of a
-// chunked body to keep it open.
+// the answer (closeUnread), or the server would read (and drop) up to 256
+// KiB of a chunked body to keep it open.
 func (s *Server) tooManyUnsigned(w http.ResponseWriter, r *http.Request, wait time.Duration) {
 	w.Header().Set("Retry-After", retryAfter(wait))
-	w.Header().Set("Connection", "close")
-	s.writeError(w, r, engine.Errorf(engine.CodeRateLimited, "too many webhook posts without a valid %s from this client; retry after %s seconds", signatureHeader, retryAfter(wait)))
+	closeUnread(w)
+	s.writeError(w, r, engine.Errorf(engine.CodeRateLimited, "too many webhook requests without a valid %s or verify token from this client; retry after %s seconds", signatureHeader, retryAfter(wait)))
 }
 
 // keyPrefix returns the public prefix of an API key shaped
