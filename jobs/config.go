@@ -146,6 +146,10 @@ type Config struct {
 	// Events tunes the delivery of tenant events (events.go); its fields
 	// default one by one.
 	Events EventsConfig
+	// Outbound is the operator's part of the address policy every call to
+	// a tenant's handler_url and events_url is dialled under (outbound.go;
+	// the built-in refusals apply without it). Default none.
+	Outbound tenants.OutboundPolicy
 }
 
 // PruneIntervalDefault and PruneBatchDefault are Config's pruning defaults.

@@ -31,6 +31,9 @@ type Env struct {
 	AdminPassword string
 	// TrustedProxies is ORDO_TRUSTED_PROXIES, unparsed (TrustedProxies).
 	TrustedProxies string
+	// OutboundDeny and OutboundAllow are ORDO_OUTBOUND_DENY and
+	// ORDO_OUTBOUND_ALLOW, unparsed (Outbound).
+	OutboundDeny, OutboundAllow string
 	// WhatsAppAPIURL is ORDO_WHATSAPP_API_URL; empty: the Cloud API (serve)
 	// or the sandbox (dev).
 	WhatsAppAPIURL string
@@ -51,6 +54,8 @@ func ReadEnv() *Env {
 		AdminPassword:  os.Getenv("ORDO_ADMIN_PASSWORD"),
 		TrustedProxies: os.Getenv("ORDO_TRUSTED_PROXIES"),
 		WhatsAppAPIURL: os.Getenv("ORDO_WHATSAPP_API_URL"),
+		OutboundDeny:   os.Getenv("ORDO_OUTBOUND_DENY"),
+		OutboundAllow:  os.Getenv("ORDO_OUTBOUND_ALLOW"),
 		DevDir:         DevDir,
 		Stdout:         os.Stdout,
 		Stderr:         os.Stderr,
@@ -88,6 +93,22 @@ func TrustedProxies(env *Env) ([]netip.Prefix, error) {
 		ps = append(ps, p.Masked())
 	}
 	return ps, nil
+}
+
+// Outbound parses ORDO_OUTBOUND_DENY and ORDO_OUTBOUND_ALLOW, the
+// operator's part of the outbound address policy for tenants' handler and
+// events URLs (tenants.OutboundPolicy): comma-separated addresses or CIDRs
+// refused besides the built-in refusals, and allowed whatever refuses them.
+func Outbound(env *Env) (tenants.OutboundPolicy, error) {
+	deny, err := tenants.ParseOutboundList(env.OutboundDeny)
+	if err != nil {
+		return tenants.OutboundPolicy{}, fmt.Errorf("ORDO_OUTBOUND_DENY: %w", err)
+	}
+	allow, err := tenants.ParseOutboundList(env.OutboundAllow)
+	if err != nil {
+		return tenants.OutboundPolicy{}, fmt.Errorf("ORDO_OUTBOUND_ALLOW: %w", err)
+	}
+	return tenants.OutboundPolicy{Deny: deny, Allow: allow}, nil
 }
 
 // MasterKeys parses ORDO_MASTER_KEYS.
