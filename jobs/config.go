@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ordo-dev/ordo/jobs/metrics"
+	"github.com/ordo-dev/ordo/jobs/outage"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -150,6 +151,11 @@ type Config struct {
 	// a tenant's handler_url and events_url is dialled under (outbound.go;
 	// the built-in refusals apply without it). Default none.
 	Outbound tenants.OutboundPolicy
+	// Database is Postgres's state as this process sees it (outage.Watch):
+	// while it is unreachable every loop of the runner backs off together
+	// and logs nothing but its going and its return. Shared with the web
+	// layer by cmd. Default: a watch of the runner's own.
+	Database *outage.Watch
 }
 
 // PruneIntervalDefault and PruneBatchDefault are Config's pruning defaults.
