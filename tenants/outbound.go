@@ -73,6 +73,16 @@ var nat64 = netip.MustParsePrefix("64:ff9b::/96")
 // CheckAddr returns nil when a may be called, or an error wrapping
 // ErrOutboundRefused that says why not.
 func (p OutboundPolicy) CheckAddr(a netip.Addr) error {
+	a, why := p.refusal(a)
+	if why == "" {
+		return nil
+	}
+	return fmt.Errorf("%s (%s): %w", a, why, ErrOutboundRefused)
+}
+
+// refusal is why the policy refuses a (as judged: unmapped, unzoned), or
+// "" when it allows it.
+func (p OutboundPolicy) refusal(a netip.Addr) (netip.Addr, string) {
 	a = a.WithZone("").Unmap()
 	if nat64.Contains(a) {
 		b := a.As16()
@@ -80,32 +90,28 @@ func (p OutboundPolicy) CheckAddr(a netip.Addr) error {
 	}
 	for _, n := range p.Allow {
 		if n.Contains(a) {
-			return nil
+			return a, ""
 		}
 	}
-	why := ""
 	switch {
 	case a.IsLinkLocalUnicast():
-		why = "link-local"
+		return a, "link-local"
 	case a.IsUnspecified():
-		why = "unspecified"
+		return a, "unspecified"
 	case a.IsMulticast():
-		why = "multicast"
+		return a, "multicast"
 	}
 	for _, d := range builtinDenied {
-		if why == "" && d.prefix.Contains(a) {
-			why = d.why
+		if d.prefix.Contains(a) {
+			return a, d.why
 		}
 	}
 	for _, n := range p.Deny {
-		if why == "" && n.Contains(a) {
-			why = "denied by the operator (ORDO_OUTBOUND_DENY)"
+		if n.Contains(a) {
+			return a, "denied by the operator's ORDO_OUTBOUND_DENY"
 		}
 	}
-	if why == "" {
-		return nil
-	}
-	return fmt.Errorf("%s is %s: %w", a, why, ErrOutboundRefused)
+	return a, ""
 }
 
 // CheckURL checks a URL's host when it is set: a literal address by
@@ -125,8 +131,8 @@ func (p OutboundPolicy) CheckURL(field, s string) error {
 		return invalid(field, "must not name a cloud metadata service (%s)", host)
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
-		if err := p.CheckAddr(a); err != nil {
-			return invalid(field, "must not point at %v (link-local, unspecified, multicast and metadata addresses are refused; ORDO_OUTBOUND_ALLOW makes exceptions)", strings.TrimSuffix(err.Error(), ": "+ErrOutboundRefused.Error()))
+		if a, why := p.refusal(a); why != "" {
+			return invalid(field, "must not point at %s (%s): link-local, unspecified, multicast and cloud metadata addresses are refused", a, why)
 		}
 		return nil
 	}
