@@ -263,8 +263,11 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 	if errors.As(err, &pgErr) {
 		attrs = append(attrs, "sqlstate", pgErr.Code)
 	}
-	if code := ErrorCode(translate(err, "")); code == CodeInvalid || code == CodeNotFound || code == CodeReused || code == CodeUnauthorized {
-		level = slog.LevelDebug // a client's bad input, not a fault
+	if code := ErrorCode(translate(err, "")); code == CodeInvalid || code == CodeNotFound || code == CodeReused || code == CodeUnauthorized ||
+		code == CodeUnavailable {
+		// A client's bad input, or Postgres away (logged once, by its
+		// watch, and answered 503): not a fault of this batch.
+		level = slog.LevelDebug
 	}
 	e.logger.Log(ctx, level, "ingest batch failed; running its messages one by one", attrs...)
 	// Off the batch slot: a message waiting for its conversation's lock

@@ -83,7 +83,7 @@ func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error)
 		if cause := redactURL(err); cause != "timeout" {
 			return handlerAnswer{}, &failure{msg: "handler unreachable: " + cause + handlerDown, action: actUnreachable}
 		}
-		return handlerAnswer{}, &failure{msg: fmt.Sprintf("handler timeout: no answer within the tenant's handler_timeout (%s); "+
+		return handlerAnswer{}, &failure{silent: true, msg: fmt.Sprintf("handler timeout: no answer within the tenant's handler_timeout (%s); "+
 			"a slow workflow needs `ordo tenant update --handler-timeout` raised, or --handler-mode async (n8n answers at once, the workflow posts its replies)", r.handlerTimeout())}
 	}
 	defer resp.Body.Close()

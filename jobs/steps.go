@@ -157,6 +157,9 @@ const (
 
 // failure is a step attempt's error and what it leads to.
 type failure struct {
+	// silent: no answer came (a timeout); it says nothing of whether the
+	// far end is there.
+	silent     bool
 	msg        string
 	action     action
 	class      string // the channel's name for the failure (whatsapp.Class), if any
@@ -260,7 +263,7 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 	cancel()
 	r.d.cfg.Metrics.Call(st.kind, time.Since(callStart), err)
 	var f *failure
-	if st.kind == "handle" && (err == nil || errors.As(err, &f) && f.action != actUnreachable) {
+	if st.kind == "handle" && (err == nil || errors.As(err, &f) && f.action != actUnreachable && !f.silent) {
 		r.handlerAnswered(ctx)
 	}
 	if r.d.hooks.afterEffect != nil {
