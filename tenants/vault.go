@@ -238,6 +238,19 @@ func (v *Vault) Put(ctx context.Context, q Querier, tenantID int64, name string,
 	return nil
 }
 
+// Delete removes the tenant's credential name on q (nil: the vault's pool);
+// false when there was none.
+func (v *Vault) Delete(ctx context.Context, q Querier, tenantID int64, name string) (bool, error) {
+	if q == nil {
+		q = v.pool
+	}
+	tag, err := q.Exec(ctx, `DELETE FROM ordo.credentials WHERE tenant_id = $1 AND name = $2`, tenantID, name)
+	if err != nil {
+		return false, fmt.Errorf("delete credential %q of tenant %d: %w", name, tenantID, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
 const selectCredential = `
 SELECT key_id, wrapped_key, ciphertext FROM ordo.credentials WHERE tenant_id = $1 AND name = $2`
 

@@ -118,7 +118,7 @@ func runDev(ctx context.Context, env *cli.Env, args []string) error {
 	cfg := server.Config{
 		Role: "all", DatabaseURL: databaseURL, Addr: addr, Keys: keys,
 		Jobs:  jobs.Config{Workers: 20, WhatsAppAPIURL: waURL},
-		Web:   web.Config{AdminPassword: adminPassword, Sandbox: true},
+		Web:   web.Config{AdminPassword: adminPassword, AdminOperators: true, Sandbox: true},
 		Build: buildLabels(),
 		Ready: func(string) {
 			fmt.Fprintf(env.Stdout, `
