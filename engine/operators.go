@@ -10,8 +10,8 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
-	"encoding/json"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -41,7 +41,9 @@ const OperatorPasswordMinLength = 12
 var roleRank = map[string]int{RoleViewer: 1, RoleOperator: 2, RoleAdmin: 3}
 
 // RoleAtLeast says whether role may do what want allows.
-func RoleAtLeast(role, want string) bool { return roleRank[role] >= roleRank[want] && roleRank[want] > 0 }
+func RoleAtLeast(role, want string) bool {
+	return roleRank[role] >= roleRank[want] && roleRank[want] > 0
+}
 
 var operatorName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 

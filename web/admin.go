@@ -49,7 +49,6 @@ func (s *Server) routeAdmin(r *mux.Router) {
 		s.writeError(w, r, &engine.Error{Code: codeMethodNotAllowed, Message: "method not allowed"})
 	})
 	a.HandleFunc("/admin/api/overview", s.adminOverview).Methods(http.MethodGet)
-	a.HandleFunc("/admin/api/me", s.adminMe).Methods(http.MethodGet)
 	a.Handle("/admin/api/dead-letters/{id}/replay", s.adminWrite(engine.RoleOperator, s.adminResolve(s.engine.Replay))).Methods(http.MethodPost)
 	a.Handle("/admin/api/dead-letters/{id}/skip", s.adminWrite(engine.RoleOperator, s.adminResolve(s.engine.Skip))).Methods(http.MethodPost)
 	s.routeAdminConsole(a)
@@ -62,6 +61,7 @@ func (s *Server) routeAdmin(r *mux.Router) {
 		r.HandleFunc("/admin/"+name, func(w http.ResponseWriter, r *http.Request) { s.adminFile(w, r, static, name) }).
 			Methods(http.MethodGet, http.MethodHead)
 	}
+	r.HandleFunc("/admin/session", s.adminMe).Methods(http.MethodGet)
 	r.Handle("/admin/login", s.adminSameOrigin(http.HandlerFunc(s.adminLogin))).Methods(http.MethodPost)
 	r.Handle("/admin/logout", s.adminSameOrigin(http.HandlerFunc(s.adminLogout))).Methods(http.MethodPost)
 	r.PathPrefix("/admin").Handler(s.adminAuth(a))

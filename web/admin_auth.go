@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ordo-dev/ordo/engine"
 )
 
@@ -113,6 +115,13 @@ func (s *Server) adminLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	token, err := s.engine.StartSession(r.Context(), operatorID, s.cfg.AdminSessionMax)
+	if err == nil {
+		// Who could act, and since when: the audit names every login.
+		err = s.engine.Tx(r.Context(), func(tx pgx.Tx) error {
+			return engine.Audit(r.Context(), tx, engine.AuditEntry{Actor: engine.AdminActor(in.Name), Action: "operator.login",
+				Details: details(map[string]string{"role": role, "address": s.clientAddr(r)})})
+		})
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -136,7 +145,14 @@ func (s *Server) adminLogout(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]bool{"logged_out": true})
 }
 
-// adminMe says who is logged in, with which role.
+// adminMe says who is logged in, with which role; {"operator": ""} when
+// nobody is (the page then shows its login form, without a 401 to log).
 func (s *Server) adminMe(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, sessionOf(r))
+	w.Header().Set("Cache-Control", "no-store")
+	sess, err := s.session(r)
+	if err != nil && engine.ErrorCode(err) != engine.CodeUnauthorized {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sess)
 }

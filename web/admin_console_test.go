@@ -19,7 +19,7 @@ import (
 func TestAdminConsoleBadInput(t *testing.T) {
 	t.Parallel()
 	e := start(t, options{web: web.Config{AdminPassword: adminPassword}, jobs: jobstest.Options{NoStart: true}})
-	auth := basic("op", adminPassword)
+	auth := e.login(t, "admin", adminPassword)
 	write := withHeader(withHeader(auth, "X-Ordo-Admin", "1"), "Origin", e.URL)
 	stored := func() string {
 		return strings.Join([]string{
@@ -119,7 +119,7 @@ func TestAdminConsoleBadInput(t *testing.T) {
 func TestAdminConsoleTenantLifecycle(t *testing.T) {
 	t.Parallel()
 	e := start(t, options{web: web.Config{AdminPassword: adminPassword}, jobs: jobstest.Options{NoStart: true}})
-	auth := basic("alice", adminPassword)
+	auth := e.operator(t, "alice", engine.RoleAdmin)
 	write := withHeader(withHeader(auth, "X-Ordo-Admin", "1"), "Origin", e.URL)
 	post := func(path, body string, want int) answer {
 		t.Helper()
@@ -207,7 +207,7 @@ func TestAdminConsoleBulkSkip(t *testing.T) {
 	t.Parallel()
 	e := start(t, options{web: web.Config{AdminPassword: adminPassword}})
 	e.WhatsApp.SetResponder(failPrefixed)
-	auth := basic("bob", adminPassword)
+	auth := e.operator(t, "bob", engine.RoleOperator)
 	write := withHeader(withHeader(auth, "X-Ordo-Admin", "1"), "Origin", e.URL)
 	for _, c := range []string{"c1", "c2", "c3"} {
 		e.deadLetter(t, "dead-"+c, c)
