@@ -324,9 +324,9 @@
       s.provider_status ? h("span", "", " · provider ", pill(s.provider_status), el("span", s.provider_status_at ? " " + stamp(s.provider_status_at) : "", "muted")) : null));
     const errs = s.errors || [];
     if (errs.length) {
-      const label = s.status === "done" ? "earlier attempts (failed before this one succeeded)" : "attempts";
-      const list = el("ol", undefined, "attempts" + (s.status === "done" ? " past" : ""));
-      list.append(el("li", label, "muted"));
+      const past = s.status === "done";
+      box.append(el("div", past ? "Earlier failures, before it succeeded:" : "Failed attempts:", "muted small-label"));
+      const list = el("ul", undefined, "attempts" + (past ? " past" : ""));
       for (const a of errs) list.append(el("li", "#" + (a.attempt ?? "?") + " · " + stamp(a.at) + " · " + (a.error || "")));
       box.append(list);
     }
@@ -355,8 +355,8 @@
       ["direction", m.direction],
       ["accepted", stamp(m.created_at)],
       ["finished", stamp(m.finished_at)],
-      ["around it", h("span", "", m.neighbours.previous ? link("← " + m.neighbours.previous, msgHref(m.tenant, m.neighbours.previous), "mono") : "first",
-        "  ", m.neighbours.next ? link(m.neighbours.next + " →", msgHref(m.tenant, m.neighbours.next), "mono") : "last")],
+      ["before / after", h("span", "", m.neighbours.previous ? link("← " + m.neighbours.previous, msgHref(m.tenant, m.neighbours.previous), "mono") : "(first of its conversation)",
+        "   ", m.neighbours.next ? link(m.neighbours.next + " →", msgHref(m.tenant, m.neighbours.next), "mono") : "(last so far)")],
     ])));
     // Dead letters first: they are why an operator is here.
     for (const d of m.dead_letters) {
@@ -436,7 +436,7 @@
   }
 
   // ---- dead letters ----
-  let lastBulk = "";
+  let lastBulk = null; // {code: "replay:6", text}: stays on the page until the next bulk
   async function viewDeadLetters(r) {
     const p = r.params;
     const state = p.state || "open";
@@ -455,7 +455,7 @@
     const count = el("span", (page.capped ? page.total + "+" : page.total) + " match" + (state === "open" ? "" : " (bulk actions take open ones only)"), "count");
     count.id = "dl-preview";
     count.dataset.total = page.total;
-    const result = el("p", lastBulk, "bulk-result");
+    const result = el("p", lastBulk ? lastBulk.text : "", "bulk-result");
     result.id = "dl-result";
     result.hidden = !lastBulk;
     const rows = page.items.map((d) => ({
@@ -471,7 +471,7 @@
     const c = card(h("h2", "", "Dead letters ", count), el("p", "Replay all and Skip all take every open dead letter the filter matches, conversation by conversation, each one's in seq order, through the same path as one Replay.", "hint"),
       form, result, table(["#", "message", "tenant", "conversation", "reason", "attempts", "since", "state"], rows, "No dead letters match.", "dl-table"), pager);
     c.id = "dl-console";
-    if (lastBulk) c.dataset.lastBulk = lastBulk.split(" ")[0];
+    if (lastBulk) c.dataset.lastBulk = lastBulk.code;
     return c;
   }
   async function bulk(action, p, n) {
@@ -486,8 +486,9 @@
       conflicts += r.conflicts;
       if (!r.more) break;
     }
-    lastBulk = action + ":" + total + " " + total + " " + (action === "replay" ? "replayed" : "skipped") +
-      (conflicts ? ", " + conflicts + " already resolved by someone else" : "") + " at " + new Date().toLocaleTimeString() + ".";
+    lastBulk = { code: action + ":" + total, text: (action === "replay" ? "Replay all: " : "Skip all: ") + total + " " + (action === "replay" ? "replayed" : "skipped") +
+      (conflicts ? ", " + conflicts + " already resolved by someone else" : "") + " at " + new Date().toLocaleTimeString() +
+      (p.tenant || p.reason || p.min_age ? " (filter: " + query({ tenant: p.tenant, reason: p.reason, min_age: p.min_age }).replaceAll("&", ", ") + ")" : "") + "." };
     route();
   }
 
@@ -679,7 +680,7 @@
       const who = a.actor.startsWith("admin:") ? a.actor.slice(6) : a.actor;
       return {
         id: a.id,
-        cells: [stamp(a.at), link(who, "#/audit?" + query({ actor: a.actor }), "who"), el("span", a.action, "mono"), a.tenant || "",
+        cells: [stamp(a.at), link(who, "#/audit?" + query({ actor: a.actor }), "actor"), el("span", a.action, "mono"), a.tenant || "",
           a.message_id && a.tenant ? link(a.message_id, msgHref(a.tenant, a.message_id), "mono") : (a.conversation_id || ""), td(el("span", det), "text mono muted")],
       };
     });
@@ -755,6 +756,6 @@
       document.querySelector("#quick-search input").focus();
     }
   });
-  window.addEventListener("hashchange", () => { showError(""); route(); });
+  window.addEventListener("hashchange", () => { showError(""); notice(""); route(); });
   start();
 })();
