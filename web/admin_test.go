@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/ordo-dev/ordo/engine"
 	"github.com/ordo-dev/ordo/jobs/jobstest"
 	"github.com/ordo-dev/ordo/jobs/whatsapp/whatsapptest"
@@ -240,5 +239,3 @@ func TestAdminAttentionOrder(t *testing.T) {
 		t.Errorf("attention: %+v, want halted-conv, then big (5), then small (2)", o.Attention)
 	}
 }
-
-
