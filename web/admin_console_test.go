@@ -81,7 +81,10 @@ func TestAdminConsoleBadInput(t *testing.T) {
 	for _, c := range []struct{ name, path, message string }{
 		{"search: bad status", "/admin/api/messages?status=lost", "status: must be"},
 		{"search: bad since", "/admin/api/messages?since=yesterday", "since: must be an RFC 3339 time"},
-		{"search: bad before", "/admin/api/messages?before=-1", "before: must be a non-negative integer"},
+		{"search: bad cursor", "/admin/api/messages?cursor=%21%21", "cursor: not one this console handed out"},
+		{"search: bad direction", "/admin/api/messages?direction=sideways", "direction: must be inbound or outbound"},
+		{"message: control character", "/admin/api/tenants/acme/messages/a%07b", "message_id: "},
+		{"audit: long actor", "/admin/api/audit?actor=" + strings.Repeat("a", 201), "at most 200 bytes"},
 		{"search: control character", "/admin/api/messages?q=a%07b", "q: "},
 		{"dead letters: bad state", "/admin/api/dead-letters?state=closed", "state: must be open, resolved or all"},
 		{"dead letters: bad age", "/admin/api/dead-letters?min_age=1y", "min_age: must be an age"},
@@ -165,7 +168,7 @@ func TestAdminConsoleTenantLifecycle(t *testing.T) {
 		v.WebhookURL != e.URL+"/webhooks/whatsapp/beta" || v.SendingPaused || len(v.Keys) != 2 {
 		t.Errorf("tenant view: %+v", v)
 	}
-	audit := e.call(t, request{method: http.MethodGet, path: "/admin/api/audit", header: auth})
+	audit := e.call(t, request{method: http.MethodGet, path: "/admin/api/audit?tenant=beta", header: auth})
 	var actions []string
 	for _, x := range decode[struct{ Items []engine.AuditEntry }](t, audit).Items {
 		actions = append(actions, x.Action)

@@ -35,14 +35,31 @@ func runOperator(ctx context.Context, env *cli.Env, args []string) error {
 }
 
 // stdinIsTerminal: a person types at the command, not a pipe or a file.
-func stdinIsTerminal() bool {
-	fi, err := os.Stdin.Stat()
+func stdinIsTerminal(env *cli.Env) bool {
+	f, ok := env.Stdin.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// operatorAdd reads the password from stdin (its first line) when stdin is
-// not a terminal; otherwise it generates a one-time password and prints it,
-// the only time it is shown.
+// readLine reads stdin's first line (at most 4 KiB); "" when there is none.
+func readLine(env *cli.Env) (string, error) {
+	if env.Stdin == nil {
+		return "", nil
+	}
+	line, err := bufio.NewReader(io.LimitReader(env.Stdin, 4096)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("read stdin: %w", err)
+	}
+	return strings.TrimRight(line, "\r\n"), nil
+}
+
+// operatorAdd reads the password from stdin's first line when stdin is a
+// pipe or a file that holds one; otherwise (a terminal, or nothing piped)
+// it generates a one-time password and prints it, the only time it is
+// shown.
 func operatorAdd(ctx context.Context, env *cli.Env, args []string) error {
 	fs := cli.NewFlagSet(env, "ordo operator add")
 	name := fs.String("name", "", "the operator's login name, [a-z0-9._-] (required)")
@@ -53,15 +70,16 @@ func operatorAdd(ctx context.Context, env *cli.Env, args []string) error {
 	if err := requireFlag("name", *name); err != nil {
 		return err
 	}
-	password, generated := "", false
-	if stdinIsTerminal() {
-		password, generated = engine.GeneratePassword(), true
-	} else {
-		line, err := bufio.NewReader(io.LimitReader(os.Stdin, 4096)).ReadString('\n')
-		if err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("read the password from stdin: %w", err)
+	password := ""
+	if !stdinIsTerminal(env) {
+		var err error
+		if password, err = readLine(env); err != nil {
+			return err
 		}
-		password = strings.TrimRight(line, "\r\n")
+	}
+	generated := password == ""
+	if generated {
+		password = engine.GeneratePassword()
 	}
 	if err := engine.CheckOperator(*name, *role, password); err != nil {
 		return errors.New(engine.ErrorMessage(err))
@@ -118,11 +136,11 @@ func operatorRemove(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	if !*yes {
-		if !stdinIsTerminal() {
+		if !stdinIsTerminal(env) {
 			return fmt.Errorf("this removes operator %q and ends their sessions: add --yes to mean it", *name)
 		}
 		fmt.Fprintf(env.Stderr, "Remove operator %q and end their sessions? [y/N] ", *name)
-		answer, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+		answer, _ := readLine(env)
 		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 			return errors.New("not removed")
 		}

@@ -36,7 +36,10 @@ type Env struct {
 	WhatsAppAPIURL string
 	// DevDir is where a running `ordo dev` left its env file (UseDevEnv);
 	// ReadEnv sets it to DevDir; empty: none.
-	DevDir         string
+	DevDir string
+	// Stdin is the process's standard input (a password piped to ordo
+	// operator add); nil reads as empty.
+	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 	// Logger logs JSON to stderr at ORDO_LOG_LEVEL (default info).
 	Logger *slog.Logger
@@ -52,6 +55,7 @@ func ReadEnv() *Env {
 		TrustedProxies: os.Getenv("ORDO_TRUSTED_PROXIES"),
 		WhatsAppAPIURL: os.Getenv("ORDO_WHATSAPP_API_URL"),
 		DevDir:         DevDir,
+		Stdin:          os.Stdin,
 		Stdout:         os.Stdout,
 		Stderr:         os.Stderr,
 		Logger:         slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()})),
