@@ -7,6 +7,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -136,38 +137,55 @@ type AdminOverview struct {
 // (tenants, conversations with work, open dead letters, the counters of
 // the last TilesWindow), never by how many messages the database holds.
 func (e *Engine) AdminOverview(ctx context.Context, withSandbox bool) (AdminOverview, error) {
+	if err := e.CompactStats(ctx); err != nil {
+		return AdminOverview{}, err
+	}
 	o := AdminOverview{Sandbox: withSandbox, SandboxSends: []AdminSandboxSend{}}
+	// One round trip: a refresh is as fast as the slowest statement.
 	err := e.adminRead(ctx, func(tx pgx.Tx) error {
-		var err error
-		if o.Tiles, err = readTiles(ctx, tx); err != nil {
-			return err
+		b := &pgx.Batch{}
+		queueTiles(b)
+		b.Queue(adminAttentionQuery)
+		b.Queue(adminDeadLettersQuery)
+		if withSandbox {
+			b.Queue(listSandboxSends)
 		}
-		o.At = o.Tiles.At
-		rows, _ := tx.Query(ctx, adminAttentionQuery)
-		if o.Attention, err = pgx.CollectRows(rows, pgx.RowToStructByPos[AdminConversation]); err != nil {
-			return err
-		}
-		rows, _ = tx.Query(ctx, adminDeadLettersQuery)
-		if o.DeadLetters, err = pgx.CollectRows(rows, pgx.RowToStructByPos[AdminDeadLetter]); err != nil {
-			return err
-		}
-		if !withSandbox {
-			return nil
-		}
-		rows, _ = tx.Query(ctx, listSandboxSends)
-		sends, err := pgx.CollectRows(rows, pgx.RowToStructByPos[SandboxSend])
-		if err != nil {
-			return err
-		}
-		for _, snd := range sends {
-			o.SandboxSends = append(o.SandboxSends, readableSend(snd))
-		}
-		return nil
+		br := tx.SendBatch(ctx, b)
+		err := o.read(br, withSandbox)
+		return errors.Join(err, br.Close())
 	})
 	if err != nil {
 		return AdminOverview{}, translate(err, "read overview")
 	}
 	return o, nil
+}
+
+func (o *AdminOverview) read(br pgx.BatchResults, withSandbox bool) error {
+	var err error
+	if o.Tiles, err = readTiles(br); err != nil {
+		return err
+	}
+	o.At = o.Tiles.At
+	rows, _ := br.Query()
+	if o.Attention, err = pgx.CollectRows(rows, pgx.RowToStructByPos[AdminConversation]); err != nil {
+		return err
+	}
+	rows, _ = br.Query()
+	if o.DeadLetters, err = pgx.CollectRows(rows, pgx.RowToStructByPos[AdminDeadLetter]); err != nil {
+		return err
+	}
+	if !withSandbox {
+		return nil
+	}
+	rows, _ = br.Query()
+	sends, err := pgx.CollectRows(rows, pgx.RowToStructByPos[SandboxSend])
+	if err != nil {
+		return err
+	}
+	for _, snd := range sends {
+		o.SandboxSends = append(o.SandboxSends, readableSend(snd))
+	}
+	return nil
 }
 
 // AdminTenants lists the tenants (the first 200 by slug) with their

@@ -109,19 +109,24 @@ const adminSearchFilters = `
     AND m.created_at >= $5 AND m.created_at < $6`
 
 // With a Q: the message ids that start with it, a range scan of
-// messages_message_id_prefix_idx in byte order from the cursor on (an id is
-// printable, so no id holds U+10FFFF and Q || U+10FFFF bounds the range);
-// the messages of conversations with that exact id and those of a wamid
-// join them, in the same order.
+// messages_message_id_prefix_idx in byte order from ($10, $11) — the
+// cursor, or (Q, 0) when the cursor is before Q: one row comparison, the
+// scan's start (a second lower bound beside it would leave btree to start
+// from the weaker one). An id is printable, so none holds U+10FFFF and
+// Q || U+10FFFF bounds the range. The messages of conversations with that
+// exact id (an index probe per tenant) and those of a wamid join them, in
+// the same order, from the cursor ($8, $9).
 const adminSearchByQ = `
 WITH hits AS (
     (SELECT m.id, m.message_id FROM ordo.messages m
-     WHERE m.message_id COLLATE "C" >= $1 AND m.message_id COLLATE "C" < $1 || U&'\+10FFFF'
-       AND (m.message_id COLLATE "C", m.id) > ($8 COLLATE "C", $9) AND` + adminSearchFilters + `
+     WHERE (m.message_id COLLATE "C", m.id) > ($10 COLLATE "C", $11) AND m.message_id COLLATE "C" < $1 || U&'\+10FFFF'
+       AND` + adminSearchFilters + `
      ORDER BY m.message_id COLLATE "C", m.id LIMIT $7)
     UNION
-    (SELECT m.id, m.message_id FROM ordo.conversations c JOIN ordo.messages m ON m.conversation_pk = c.id
-     WHERE c.conversation_id = $1 AND ($2 = '' OR c.tenant_id = (SELECT id FROM ordo.tenants WHERE slug = $2))
+    (SELECT m.id, m.message_id FROM ordo.tenants ct
+     JOIN LATERAL (SELECT c.id FROM ordo.conversations c WHERE c.tenant_id = ct.id AND c.conversation_id = $1) c ON true
+     JOIN ordo.messages m ON m.conversation_pk = c.id
+     WHERE ($2 = '' OR ct.slug = $2)
        AND (m.message_id COLLATE "C", m.id) > ($8 COLLATE "C", $9) AND` + adminSearchFilters + `
      ORDER BY m.message_id COLLATE "C", m.id LIMIT $7)
     UNION
@@ -141,7 +146,7 @@ const adminSearchRecent = adminFoundColumns + `
 FROM ordo.messages m
 JOIN ordo.tenants t ON t.id = m.tenant_id
 JOIN ordo.conversations c ON c.id = m.conversation_pk
-WHERE $1 = '' AND ($9 = 0 OR m.id < $9) AND $8 = '' AND` + adminSearchFilters + `
+WHERE $1 = '' AND ($9 = 0 OR m.id < $9) AND $8 = '' AND $10 = '' AND $11 = 0 AND` + adminSearchFilters + `
 ORDER BY m.id DESC LIMIT $7`
 
 // AdminMessagePage is one page of a search; Next is the Cursor of the next.
@@ -160,15 +165,18 @@ func (e *Engine) AdminSearchMessages(ctx context.Context, s AdminSearch) (AdminM
 	if err != nil {
 		return AdminMessagePage{}, err
 	}
-	q := adminSearchRecent
+	q, from := adminSearchRecent, searchCursor{}
 	if s.Q != "" {
-		q = adminSearchByQ
+		q, from = adminSearchByQ, cur
+		if from.MessageID < s.Q {
+			from = searchCursor{MessageID: s.Q}
+		}
 	} else {
 		cur.MessageID = ""
 	}
 	p := AdminMessagePage{Items: []AdminFoundMessage{}}
 	err = e.adminRead(ctx, func(tx pgx.Tx) error {
-		rows, _ := tx.Query(ctx, q, s.Q, s.Tenant, s.Status, s.Direction, s.Since, s.Until, s.Limit+1, cur.MessageID, cur.PK)
+		rows, _ := tx.Query(ctx, q, s.Q, s.Tenant, s.Status, s.Direction, s.Since, s.Until, s.Limit+1, cur.MessageID, cur.PK, from.MessageID, from.PK)
 		items, err := pgx.CollectRows(rows, pgx.RowToStructByPos[AdminFoundMessage])
 		if err != nil {
 			return err

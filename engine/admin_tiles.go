@@ -13,6 +13,8 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -49,20 +51,71 @@ type Tiles struct {
 	Tenants []Tile    `json:"tenants"`
 }
 
-// tilesCounters sums the window's counters per tenant; the window is the
-// last whole minutes of TilesWindow and the current one so far ($1 is the
-// window in minutes).
-const tilesCounters = `
-SELECT s.tenant_id, sum(s.accepted)::bigint, sum(s.sent)::bigint,
-       (SELECT array_agg(x ORDER BY i) FROM (
-            SELECT i, sum(l.latency[i])::bigint AS x
-            FROM ordo.stats_minutes l, generate_series(1, 80) i
-            WHERE l.tenant_id = s.tenant_id AND l.sent > 0
-              AND l.minute > date_trunc('minute', now()) - make_interval(mins => $1)
-            GROUP BY i) h)
-FROM ordo.stats_minutes s
-WHERE s.minute > date_trunc('minute', now()) - make_interval(mins => $1)
-GROUP BY s.tenant_id`
+// latencyBuckets is the histogram's length (stats_on_step.sql).
+const latencyBuckets = 80
+
+// StatsKeep is how long the per-minute counters are kept.
+const StatsKeep = 48 * time.Hour
+
+// tilesCounters sums the window's counters per tenant, each histogram
+// bucket a column; the window is the last whole minutes of TilesWindow and
+// the current one so far ($1 is the window in minutes).
+var tilesCounters = func() string {
+	var b strings.Builder
+	b.WriteString("SELECT tenant_id, sum(accepted)::bigint, sum(sent)::bigint")
+	for i := 1; i <= latencyBuckets; i++ {
+		fmt.Fprintf(&b, ", sum(latency[%d])::bigint", i)
+	}
+	b.WriteString(`
+FROM ordo.stats_minutes
+WHERE minute > date_trunc('minute', now()) - make_interval(mins => $1)
+GROUP BY tenant_id`)
+	return b.String()
+}()
+
+// compactStats merges the shards of minutes that are over into shard -1
+// (at most 5,000 rows a call, those no transaction holds: SKIP LOCKED, so
+// it never waits for an ingest nor deadlocks with one), and drops minutes
+// older than $1 seconds. Rows a straggling transaction writes to a merged
+// minute are merged by a later call.
+const compactStats = `
+WITH gone AS (
+    DELETE FROM ordo.stats_minutes s
+    WHERE (s.minute, s.tenant_id, s.shard) IN (
+        SELECT minute, tenant_id, shard FROM ordo.stats_minutes
+        WHERE minute < date_trunc('minute', now()) - interval '1 minute' AND shard >= 0
+        LIMIT 5000 FOR UPDATE SKIP LOCKED)
+    RETURNING s.minute, s.tenant_id, s.accepted, s.sent, s.latency
+), buckets AS (
+    SELECT g.minute, g.tenant_id, i, sum(g.latency[i])::int AS n
+    FROM gone g, generate_series(1, 80) i GROUP BY g.minute, g.tenant_id, i
+), merged AS (
+    SELECT c.minute, c.tenant_id, c.accepted, c.sent,
+           (SELECT array_agg(b.n ORDER BY b.i) FROM buckets b WHERE b.minute = c.minute AND b.tenant_id = c.tenant_id) AS latency
+    FROM (SELECT minute, tenant_id, sum(accepted) AS accepted, sum(sent) AS sent FROM gone GROUP BY minute, tenant_id) c
+), old AS (
+    DELETE FROM ordo.stats_minutes WHERE minute < now() - make_interval(secs => $1::double precision)
+)
+INSERT INTO ordo.stats_minutes AS s (minute, tenant_id, shard, accepted, sent, latency)
+SELECT minute, tenant_id, -1, accepted, sent, latency FROM merged ORDER BY minute, tenant_id
+ON CONFLICT (minute, tenant_id, shard) DO UPDATE SET
+    accepted = s.accepted + EXCLUDED.accepted, sent = s.sent + EXCLUDED.sent,
+    latency = (SELECT array_agg(x.a + x.b ORDER BY x.i) FROM unnest(s.latency, EXCLUDED.latency) WITH ORDINALITY x(a, b, i))`
+
+// CompactStats merges the counters of past minutes (see compactStats); the
+// overview calls it before it reads, at most once a minute per process, so
+// its read stays about one row per tenant and minute.
+func (e *Engine) CompactStats(ctx context.Context) error {
+	minute := time.Now().Unix() / 60
+	if e.statsCompacted.Swap(minute) == minute {
+		return nil
+	}
+	if _, err := e.pool.Exec(ctx, compactStats, StatsKeep.Seconds()); err != nil {
+		e.statsCompacted.Store(0)
+		return translate(err, "compact counters")
+	}
+	return nil
+}
 
 // tilesLive: per tenant, the backlog and its oldest message, the open dead
 // letters and whether sending is paused; with the clock.
@@ -92,11 +145,17 @@ ORDER BY t.slug`
 // AdminTiles reads the tiles in one snapshot: the overall tile and the
 // first 1,000 tenants by slug.
 func (e *Engine) AdminTiles(ctx context.Context) (Tiles, error) {
+	if err := e.CompactStats(ctx); err != nil {
+		return Tiles{}, err
+	}
 	var out Tiles
 	err := e.adminRead(ctx, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		queueTiles(b)
+		br := tx.SendBatch(ctx, b)
 		var err error
-		out, err = readTiles(ctx, tx)
-		return err
+		out, err = readTiles(br)
+		return errors.Join(err, br.Close())
 	})
 	if err != nil {
 		return Tiles{}, translate(err, "read tiles")
@@ -104,29 +163,41 @@ func (e *Engine) AdminTiles(ctx context.Context) (Tiles, error) {
 	return out, nil
 }
 
-func readTiles(ctx context.Context, tx pgx.Tx) (Tiles, error) {
+// queueTiles queues the tiles' two statements, read by readTiles: one round
+// trip with whatever else the caller queues.
+func queueTiles(b *pgx.Batch) {
+	b.Queue(tilesCounters, int(TilesWindow.Minutes())-1)
+	b.Queue(tilesLive)
+}
+
+func readTiles(br pgx.BatchResults) (Tiles, error) {
 	out := Tiles{WindowS: int(TilesWindow.Seconds()), Tenants: []Tile{}}
 	type counters struct {
 		accepted, sent int64
 		latency        []int64
 	}
 	byTenant := map[int64]counters{}
-	rows, _ := tx.Query(ctx, tilesCounters, int(TilesWindow.Minutes())-1)
+	rows, _ := br.Query()
 	var (
 		id int64
 		c  counters
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &c.accepted, &c.sent, &c.latency}, func() error {
-		byTenant[id] = c
+	c.latency = make([]int64, latencyBuckets)
+	dest := []any{&id, &c.accepted, &c.sent}
+	for i := range c.latency {
+		dest = append(dest, &c.latency[i])
+	}
+	if _, err := pgx.ForEachRow(rows, dest, func() error {
+		byTenant[id] = counters{c.accepted, c.sent, slices.Clone(c.latency)}
 		return nil
 	}); err != nil {
 		return Tiles{}, err
 	}
-	rows, _ = tx.Query(ctx, tilesLive)
+	rows, _ = br.Query()
 	var (
 		t         Tile
 		intoMin   float64
-		overallLt = make([]int64, 80)
+		overallLt = make([]int64, latencyBuckets)
 	)
 	_, err := pgx.ForEachRow(rows, []any{&id, &t.Tenant, &t.Backlog, &t.OldestUnfinished, &t.OpenDeadLetters, &t.SendingPaused, &out.At, &intoMin},
 		func() error {

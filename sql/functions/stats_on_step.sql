@@ -17,17 +17,17 @@ BEGIN
     END IF;
     IF EXISTS (SELECT 1 FROM ordo.steps f WHERE f.message_pk = NEW.message_pk AND f.kind = 'send' AND f.idx < NEW.idx) THEN
         INSERT INTO ordo.stats_minutes AS s (minute, tenant_id, shard, sent)
-        VALUES (date_trunc('minute', now()), v_tenant, pg_backend_pid() % 64, 1)
+        VALUES (date_trunc('minute', now()), v_tenant, pg_backend_pid() % 16, 1)
         ON CONFLICT (minute, tenant_id, shard) DO UPDATE SET sent = s.sent + 1;
         RETURN NULL;
     END IF;
     v_bucket := least(80, greatest(1, 2 + floor(ln(greatest(extract(epoch FROM coalesce(NEW.finished_at, clock_timestamp()) - v_created) * 1000, 0.001)) / ln(1.25))::int));
     INSERT INTO ordo.stats_minutes AS s (minute, tenant_id, shard, sent, latency)
-    VALUES (date_trunc('minute', now()), v_tenant, pg_backend_pid() % 64, 1,
+    VALUES (date_trunc('minute', now()), v_tenant, pg_backend_pid() % 16, 1,
             array_fill(0, ARRAY[80]))
     ON CONFLICT (minute, tenant_id, shard) DO NOTHING;
     UPDATE ordo.stats_minutes s SET sent = s.sent + 1, latency[v_bucket] = s.latency[v_bucket] + 1
-    WHERE s.minute = date_trunc('minute', now()) AND s.tenant_id = v_tenant AND s.shard = pg_backend_pid() % 64;
+    WHERE s.minute = date_trunc('minute', now()) AND s.tenant_id = v_tenant AND s.shard = pg_backend_pid() % 16;
     RETURN NULL;
 END;
 $$;

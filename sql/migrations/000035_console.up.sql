@@ -32,8 +32,10 @@ CREATE INDEX messages_message_id_prefix_idx ON ordo.messages (message_id COLLATE
 -- The overview's live numbers, counted when they happen (ordo.stats_on_message,
 -- ordo.stats_on_step) instead of read back from messages and steps: a refresh
 -- sums at most a window's minutes per tenant, whatever the database's size.
--- shard spreads concurrent writers (backend pid) over rows so that two
--- ingest transactions of one tenant rarely wait for each other's counter.
+-- shard (0..15) spreads concurrent writers (backend pid) over rows so that
+-- two transactions of one tenant rarely wait for each other's counter; a
+-- minute that is over is merged into shard -1 (engine.compactStats), so a
+-- window's read is about one row per tenant and minute.
 -- latency is a histogram of accept→first-send times: bucket i (1-based)
 -- holds times in [1.25^(i-2), 1.25^(i-1)) ms, bucket 1 those under 1 ms.
 CREATE TABLE ordo.stats_minutes (
@@ -45,3 +47,6 @@ CREATE TABLE ordo.stats_minutes (
     latency   int[] NOT NULL DEFAULT array_fill(0, ARRAY[80]),
     PRIMARY KEY (minute, tenant_id, shard)
 );
+-- The rows still to merge (engine.compactStats), without a scan of the
+-- merged ones.
+CREATE INDEX stats_minutes_open_idx ON ordo.stats_minutes (minute) WHERE shard >= 0;
