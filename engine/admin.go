@@ -27,15 +27,10 @@ ORDER BY t.slug
 LIMIT 200`
 
 // Halted conversations first, then the biggest backlogs: read from the
-// conversations with work (the ready set and those of open dead letters),
-// never a scan of every conversation.
+// conversations with work (activeConversations), never a scan of every
+// conversation.
 const adminAttentionQuery = `
-WITH active AS (
-    SELECT r.conversation_pk AS id FROM ordo.ready r
-    UNION
-    SELECT m.conversation_pk FROM ordo.dead_letters d JOIN ordo.messages m ON m.id = d.message_pk
-    WHERE d.resolved_at IS NULL
-)
+WITH active AS (` + activeConversations + `)
 SELECT t.slug, c.conversation_id, c.head_seq, c.last_seq, c.last_seq - c.head_seq, c.halted_at
 FROM active a
 JOIN ordo.conversations c ON c.id = a.id

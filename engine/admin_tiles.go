@@ -8,8 +8,8 @@ package engine
 // triggers when a message is accepted and when a send is done
 // (sql/functions/stats_on_*.sql): a refresh sums the window's minutes,
 // whatever the number of messages stored. The backlog reads only the
-// conversations with work (the ready set and those of open dead letters),
-// the open dead letters their partial index.
+// conversations with work (the ready set and the halted ones), the open
+// dead letters their partial index.
 
 import (
 	"context"
@@ -117,15 +117,17 @@ func (e *Engine) CompactStats(ctx context.Context) error {
 	return nil
 }
 
+// activeConversations are those with work: in the ready set, or halted
+// (conversations_halted_idx); nothing else can have a backlog.
+const activeConversations = `
+    SELECT r.conversation_pk AS id FROM ordo.ready r
+    UNION
+    SELECT c.id FROM ordo.conversations c WHERE c.halted_at IS NOT NULL`
+
 // tilesLive: per tenant, the backlog and its oldest message, the open dead
 // letters and whether sending is paused; with the clock.
 const tilesLive = `
-WITH active AS (
-    SELECT r.conversation_pk AS id FROM ordo.ready r
-    UNION
-    SELECT m.conversation_pk FROM ordo.dead_letters d JOIN ordo.messages m ON m.id = d.message_pk
-    WHERE d.resolved_at IS NULL
-), backlog AS (
+WITH active AS (` + activeConversations + `), backlog AS (
     SELECT c.tenant_id, sum(c.last_seq - c.head_seq) AS n, min(h.created_at) AS oldest
     FROM active a JOIN ordo.conversations c ON c.id = a.id
     LEFT JOIN LATERAL (SELECT m.created_at FROM ordo.messages m

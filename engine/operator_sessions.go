@@ -23,8 +23,9 @@ const (
 	SessionIdleDefault = 30 * time.Minute
 	// SessionMaxDefault ends any session this long after its login.
 	SessionMaxDefault = 12 * time.Hour
-	// sessionTouchEvery: last_seen_at is written at most this often, so a
-	// page's refreshes do not write on every request.
+	// sessionTouchEvery: last_seen_at is written at most this often (or a
+	// quarter of the idle time, if shorter), so a page's refreshes do not
+	// write on every request.
 	sessionTouchEvery = time.Minute
 )
 
@@ -96,7 +97,7 @@ WHERE s.token_hash = $1 AND s.expires_at > now() AND s.last_seen_at > now() - ma
 	if !s.BreakGlass {
 		s.Operator, s.Role = *name, *role
 	}
-	if now.Sub(lastSeen) >= sessionTouchEvery {
+	if now.Sub(lastSeen) >= min(sessionTouchEvery, idle/4) {
 		if _, err := e.pool.Exec(ctx, `UPDATE ordo.operator_sessions SET last_seen_at = now() WHERE token_hash = $1`, hashToken(token)); err != nil {
 			return Session{}, translate(err, "touch session")
 		}

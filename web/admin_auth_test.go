@@ -80,7 +80,7 @@ func TestAdminRoles(t *testing.T) {
 // and shown by kind only.
 func TestAdminSessions(t *testing.T) {
 	t.Parallel()
-	e := start(t, options{web: web.Config{AdminPassword: adminPassword, AdminSessionIdle: 2 * time.Second,
+	e := start(t, options{web: web.Config{AdminPassword: adminPassword, AdminSessionIdle: 4 * time.Second,
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, jobs: jobstest.Options{NoStart: true}})
 	ctx := context.Background()
 	if _, err := e.Engine.AddOperator(ctx, "sam", engine.RoleAdmin, "sam-password-12", engine.ActorCLI); err != nil {
@@ -149,7 +149,7 @@ func TestAdminSessions(t *testing.T) {
 	// Idle past AdminSessionIdle: gone.
 	idle := e.login(t, "sam", "sam-password-12")
 	mustStatus(t, "fresh", e.call(t, request{method: http.MethodGet, path: "/admin/api/overview", header: idle}), 200)
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(5 * time.Second)
 	mustError(t, "idle", e.call(t, request{method: http.MethodGet, path: "/admin/api/overview", header: idle}), 401, "unauthorized")
 
 	// Removing an operator ends their sessions at once.

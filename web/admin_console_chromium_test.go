@@ -92,9 +92,13 @@ func TestAdminConsoleInChromium(t *testing.T) {
 	b.shot("console-login.png")
 	b.eval(`window.confirm = () => true; window.prompt = (m, d) => d; true`)
 	login := func(name string) {
+		password := name + "-password-1"
+		if name == engine.BreakGlassOperator {
+			password = adminPassword
+		}
 		b.run("log in "+name, 30*time.Second,
 			chromedp.SetValue(chromedp.CSS(`#login-form input[name=name]`), name),
-			chromedp.SetValue(chromedp.CSS(`#login-form input[name=password]`), name+"-password-1"),
+			chromedp.SetValue(chromedp.CSS(`#login-form input[name=password]`), password),
 			chromedp.Click(chromedp.CSS(`#login-form button[type=submit]`)),
 			chromedp.WaitVisible(chromedp.CSS(`#app`)),
 		)
@@ -159,7 +163,7 @@ func TestAdminConsoleInChromium(t *testing.T) {
 	if n := b.count(`#message .dead-open`); n != 0 {
 		t.Errorf("%d dead letters still look open after the replay", n)
 	}
-	if got := b.text(`#steps`); !strings.Contains(got, "Send 1") || !strings.Contains(got, "earlier attempts") {
+	if got := b.text(`#steps`); !strings.Contains(got, "Send 1") || !strings.Contains(got, "Earlier failures") {
 		t.Errorf("the steps after the replay: %q, want the send and the handler's failure as an earlier attempt", got)
 	}
 	b.shot("console-message.png")
@@ -223,6 +227,43 @@ func TestAdminConsoleInChromium(t *testing.T) {
 		t.Errorf("the audit filtered on olivia lists victor")
 	}
 	b.run("overview as a viewer", 30*time.Second, chromedp.Navigate(e.URL+"/admin#/overview"), chromedp.WaitVisible(chromedp.CSS(`#overview`)))
+	logout()
+
+	// The break-glass admin onboards a tenant (its key shown once), sets
+	// its WhatsApp credential and its handler's Header Auth from the page.
+	login(engine.BreakGlassOperator)
+	b.run("onboard gamma", 30*time.Second, chromedp.Navigate(e.URL+"/admin#/tenants"),
+		chromedp.WaitVisible(chromedp.CSS(`#tenant-form`)),
+		chromedp.SetValue(chromedp.CSS(`#tenant-form input[name=slug]`), "gamma"),
+		chromedp.SetValue(chromedp.CSS(`#tenant-form input[name=name]`), "Gamma Ltd"),
+		chromedp.SetValue(chromedp.CSS(`#tenant-form input[name=handler_url]`), handler.URL),
+	)
+	b.eval(`document.querySelector('#tenant-form').requestSubmit(); true`)
+	b.run("gamma's page", 30*time.Second, chromedp.WaitVisible(chromedp.CSS(`#tenant-detail[data-slug="gamma"] #secret-once`)))
+	gammaKey := b.text(`#secret-once .once-key`)
+	if !strings.HasPrefix(gammaKey, "ordo_") || len(b.text(`#secret-once .once-secret`)) != 64 {
+		t.Fatalf("the new tenant's key %q and secret are not shown", gammaKey)
+	}
+	const accessToken, headerSecret = "EAAG-gamma-access-token", "gamma-n8n-header-secret"
+	b.run("gamma's credential", 30*time.Second,
+		chromedp.SetValue(chromedp.CSS(`#cred-form input[name=phone_number_id]`), "1077"),
+		chromedp.SetValue(chromedp.CSS(`#cred-form input[name=access_token]`), accessToken),
+		chromedp.SetValue(chromedp.CSS(`#cred-form input[name=app_secret]`), "gamma-app-secret"),
+		chromedp.SetValue(chromedp.CSS(`#cred-form input[name=verify_token]`), "gamma-verify-token"),
+	)
+	b.eval(`document.querySelector('#cred-form').requestSubmit(); true`)
+	b.poll(`document.querySelector('#cred-state')?.innerText === 'set'`)
+	b.run("gamma's handler auth", 30*time.Second,
+		chromedp.SetValue(chromedp.CSS(`#auth-form input[name=first]`), "X-N8N-Auth"),
+		chromedp.SetValue(chromedp.CSS(`#auth-form input[name=second]`), headerSecret),
+	)
+	b.eval(`document.querySelector('#auth-form').requestSubmit(); true`)
+	b.poll(`(document.querySelector('#auth-state')?.innerText || '').includes('X-N8N-Auth')`)
+	b.run("dismiss the key", 10*time.Second, chromedp.Click(chromedp.CSS(`#secret-once button`)), chromedp.WaitNotVisible(chromedp.CSS(`#secret-once`)))
+	b.shot("console-tenant-admin.png")
+	if html := b.html(); strings.Contains(html, gammaKey) || strings.Contains(html, accessToken) || strings.Contains(html, headerSecret) {
+		t.Errorf("a secret stays on gamma's page")
+	}
 	logout()
 
 	if got := b.eval(`document.title`); strings.Contains(got, "pwned") {

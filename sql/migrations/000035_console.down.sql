@@ -14,5 +14,6 @@ END;
 $$;
 DROP TABLE ordo.stats_minutes;
 DROP INDEX ordo.messages_message_id_prefix_idx;
+DROP INDEX ordo.conversations_halted_idx;
 DROP TABLE ordo.operator_sessions;
 DROP TABLE ordo.operators;

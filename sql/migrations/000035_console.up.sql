@@ -29,6 +29,11 @@ CREATE INDEX operator_sessions_expires_idx ON ordo.operator_sessions (expires_at
 -- in byte order (message_id >= p AND message_id < p's successor).
 CREATE INDEX messages_message_id_prefix_idx ON ordo.messages (message_id COLLATE "C", id);
 
+-- The halted conversations, for the overview's attention list and backlog
+-- without a scan of every conversation. Halting and its end are rare, so
+-- the row's frequent updates (seq, head, fence) stay HOT.
+CREATE INDEX conversations_halted_idx ON ordo.conversations (id) WHERE halted_at IS NOT NULL;
+
 -- The overview's live numbers, counted when they happen (ordo.stats_on_message,
 -- ordo.stats_on_step) instead of read back from messages and steps: a refresh
 -- sums at most a window's minutes per tenant, whatever the database's size.
