@@ -126,7 +126,7 @@ ordo dev is running.
 
   API          %[1]s/v1   (Authorization: Bearer %[2]s)
   handler      the demo tenant's handler secret (X-Ordo-Signature's HMAC key): %[6]s
-  admin page   %[1]s/admin   (any user name, password %[3]s)
+  admin page   %[1]s/admin   (log in as admin, password %[3]s; ordo operator add --name N for named logins)
   health       %[1]s/readyz   (metrics: %[1]s/metrics, API contract: %[1]s/v1/openapi.json)
   sandbox      sends go to the built-in WhatsApp stand-in: %[1]s/sandbox/sends
   database     %[4]s
