@@ -7,7 +7,6 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -137,18 +136,14 @@ func (e *Engine) AdminOverview(ctx context.Context, withSandbox bool) (AdminOver
 	}
 	o := AdminOverview{Sandbox: withSandbox, SandboxSends: []AdminSandboxSend{}}
 	// One round trip: a refresh is as fast as the slowest statement.
-	err := e.adminRead(ctx, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
+	err := e.adminReadBatch(ctx, func(b *pgx.Batch) {
 		queueTiles(b)
 		b.Queue(adminAttentionQuery)
 		b.Queue(adminDeadLettersQuery)
 		if withSandbox {
 			b.Queue(listSandboxSends)
 		}
-		br := tx.SendBatch(ctx, b)
-		err := o.read(br, withSandbox)
-		return errors.Join(err, br.Close())
-	})
+	}, func(br pgx.BatchResults) error { return o.read(br, withSandbox) })
 	if err != nil {
 		return AdminOverview{}, translate(err, "read overview")
 	}

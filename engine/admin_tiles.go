@@ -13,7 +13,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -151,13 +150,10 @@ func (e *Engine) AdminTiles(ctx context.Context) (Tiles, error) {
 		return Tiles{}, err
 	}
 	var out Tiles
-	err := e.adminRead(ctx, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		queueTiles(b)
-		br := tx.SendBatch(ctx, b)
+	err := e.adminReadBatch(ctx, queueTiles, func(br pgx.BatchResults) error {
 		var err error
 		out, err = readTiles(br)
-		return errors.Join(err, br.Close())
+		return err
 	})
 	if err != nil {
 		return Tiles{}, translate(err, "read tiles")
