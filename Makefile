@@ -1,6 +1,8 @@
 # make targets are ordo's developer interface (see /work/shared/STYLE.md):
-#   make dev     everything on one machine, Postgres included
-#   make test    every package's tests against a throwaway Postgres
+#   make dev     bin/ordo, then bin/ordo dev: everything on one machine,
+#                Postgres included
+#   make test    every package's tests against a throwaway Postgres, after
+#                .ci/deps installed what they drive (Chromium, Prometheus)
 #                (make test ARGS="-run TestX ./engine/..." narrows it;
 #                a full make test, ARGS empty, then fuzzes every Fuzz
 #                target for FUZZBRIEF each)
@@ -36,10 +38,14 @@ TEST ?= $(GO) test -race -count=1 -timeout 12m $(ARGS) $(if $(filter ./% ../% gi
 
 .PHONY: dev test bench chaos chaos-ha n8n-e2e fuzz lint build
 
-dev:
-	$(ORDO) dev $(ARGS)
+# make dev builds bin/ordo first: the commands its banner and the README
+# print (bin/ordo tenant create …) then run as printed, in any shell, with
+# no Go toolchain setting.
+dev: build
+	bin/ordo dev $(ARGS)
 
 test:
+	@bash .ci/deps
 	$(ORDO) testenv -- $(TEST)
 ifeq ($(strip $(ARGS)),)
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZBRIEF)

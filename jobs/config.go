@@ -14,6 +14,7 @@ import (
 
 	"github.com/ordo-dev/ordo/jobs/metrics"
 	"github.com/ordo-dev/ordo/jobs/outage"
+	"github.com/ordo-dev/ordo/jobs/whatsapp"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -129,6 +130,12 @@ type Config struct {
 	// WhatsAppAPIURL is the Cloud API's base URL. Default
 	// WhatsAppAPIURLDefault.
 	WhatsAppAPIURL string
+	// SandboxCredential, if set, is the WhatsApp credential a tenant without
+	// one of its own sends with. Only `ordo dev` sets it, with WhatsAppAPIURL
+	// pointing at its sandbox, so that a tenant made with `ordo tenant
+	// create` sends at once. Default nil (ordo serve): such a tenant's
+	// sending pauses until it has a credential.
+	SandboxCredential *whatsapp.Credential
 	// PruneInterval is how often the pruner removes the content of messages
 	// past their tenant's retention (prune.go). Default PruneIntervalDefault;
 	// negative turns the pruner off in this process.

@@ -1,6 +1,6 @@
 package jobs
 
-// Tenant events (issue 16 point 5): a tenant with an events_url is told
+// Tenant events: a tenant with an events_url is told
 // what happened to its messages and conversations — message.sent,
 // message.delivered|read|failed, message.dead_lettered, conversation.halted,
 // tenant.sending_paused|resumed — signed and authenticated (handler_auth)

@@ -238,17 +238,19 @@ func (v *Vault) Put(ctx context.Context, q Querier, tenantID int64, name string,
 	return nil
 }
 
-// Delete removes the tenant's credential name on q (nil: the vault's pool);
-// false when there was none.
-func (v *Vault) Delete(ctx context.Context, q Querier, tenantID int64, name string) (bool, error) {
-	if q == nil {
-		q = v.pool
-	}
-	tag, err := q.Exec(ctx, `DELETE FROM ordo.credentials WHERE tenant_id = $1 AND name = $2`, tenantID, name)
+const deleteCredential = `DELETE FROM ordo.credentials WHERE tenant_id = $1 AND name = $2`
+
+// DeleteCredential removes the tenant's credential name on q (the caller's
+// transaction); ErrNotFound when it has none. Needs no master key.
+func DeleteCredential(ctx context.Context, q Querier, tenantID int64, name string) error {
+	tag, err := q.Exec(ctx, deleteCredential, tenantID, name)
 	if err != nil {
-		return false, fmt.Errorf("delete credential %q of tenant %d: %w", name, tenantID, err)
+		return fmt.Errorf("delete credential %q of tenant %d: %w", name, tenantID, err)
 	}
-	return tag.RowsAffected() > 0, nil
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("no %s credential is set: %w", name, ErrNotFound)
+	}
+	return nil
 }
 
 const selectCredential = `

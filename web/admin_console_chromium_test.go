@@ -38,9 +38,7 @@ const chromiumPath = "/usr/bin/chromium"
 // like HTML stays text, and no secret is on any page.
 func TestAdminConsoleInChromium(t *testing.T) {
 	t.Parallel()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Fatalf("the console test drives a real browser and needs %s: install it with `apt-get update && apt-get install -y chromium`: %v", chromiumPath, err)
-	}
+	needChromium(t)
 	var failing atomic.Bool
 	failing.Store(true)
 	handler := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

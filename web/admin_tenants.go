@@ -223,12 +223,11 @@ func (s *Server) adminDeleteCredential(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return engine.AuditEntry{}, err
 		}
-		gone, err := s.vault.Delete(r.Context(), tx, t.ID, name)
-		if err != nil {
+		if err := tenants.DeleteCredential(r.Context(), tx, t.ID, name); err != nil {
+			if errors.Is(err, tenants.ErrNotFound) {
+				return engine.AuditEntry{}, engine.Errorf(engine.CodeNotFound, "tenant %s has no %s credential", t.Slug, name)
+			}
 			return engine.AuditEntry{}, err
-		}
-		if !gone {
-			return engine.AuditEntry{}, engine.Errorf(engine.CodeNotFound, "tenant %s has no %s credential", t.Slug, name)
 		}
 		return engine.AuditEntry{Action: "credential.delete", Tenant: t.Slug, Details: details(map[string]any{"name": name})}, nil
 	})

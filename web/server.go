@@ -261,6 +261,27 @@ func (s *Server) Handler() http.Handler {
 	}
 	if s.cfg.AdminPassword != "" || s.cfg.AdminOperators {
 		s.routeAdmin(r)
+	} else {
+		r.PathPrefix("/admin/api/").HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.writeError(w, r, engine.Errorf(engine.CodeNotFound, "%s", adminOffMessage))
+		})
+		r.PathPrefix("/admin").HandlerFunc(adminOff)
 	}
 	return s.logRequests(r)
+}
+
+// adminOffMessage is the admin API's 404 when no admin password is set.
+var adminOffMessage = fmt.Sprintf("the admin page is off: set ORDO_ADMIN_PASSWORD (at least %d characters) and restart ordo", AdminPasswordMinLength)
+
+// adminOff answers /admin when no admin password is set: 404, with a page
+// that says how to turn it on rather than a bare "not found".
+func adminOff(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusNotFound)
+	fmt.Fprintf(w, `<!doctype html><meta charset="utf-8"><title>ordo: admin page off</title>
+<h1>The admin page is off</h1>
+<p>Set <code>ORDO_ADMIN_PASSWORD</code> (at least %d characters) in ordo's environment and restart it;
+the page then asks for that password (any user name).</p>
+`, AdminPasswordMinLength)
 }

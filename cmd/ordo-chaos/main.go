@@ -40,6 +40,8 @@ func main() {
 	fs.IntVar(&c.OperatorResolves, "operator-resolves", 2, "dead letters replayed or skipped while their conversations are busy")
 	fs.IntVar(&c.SQLBatch, "sql-batch", 20, "an application enqueuing through ordo.enqueue_message, this many conversations per transaction, some rolled back (0: none)")
 	fs.DurationVar(&c.HostileFor, "hostile", 20*time.Second, "how long strangers flood the webhook with 200 concurrent unsigned 8 MB posts, once, while the load flows (0: no flood)")
+	fs.DurationVar(&c.PGAway, "pg-away", chaos.PGAwayDefault, "how long Postgres is stopped, once, under load (negative: no outage; not with --ha)")
+	fs.DurationVar(&c.HandlerOutage, "handler-outage", 0, fmt.Sprintf("how long the tenants' handler is away, once: refusing connections, then n8n's 404 (0: %s when --duration is at least %s, else half of --duration; negative: none)", chaos.HandlerOutageFull, chaos.HandlerOutageFullFrom))
 	fs.BoolVar(&c.HA, "ha", false, "run the database as a Patroni cluster (etcd, a primary, two standbys, synchronous replication; patroni and etcd-server installed with apt-get if missing) and inject failovers instead of Postgres restarts")
 	fs.IntVar(&c.Failovers, "failovers", 0, fmt.Sprintf("with --ha, how many of each failover fault (0: one per %s of load, at least one)", chaos.FailoverEvery))
 	fs.StringVar(&c.Dir, "dir", "", "directory for the cluster and the logs (default: a temporary one, kept if the run fails)")

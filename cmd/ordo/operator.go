@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -32,16 +31,6 @@ func runOperator(ctx context.Context, env *cli.Env, args []string) error {
 	default:
 		return fmt.Errorf("unknown operator action %q; usage: %s", action, operatorUsage)
 	}
-}
-
-// stdinIsTerminal: a person types at the command, not a pipe or a file.
-func stdinIsTerminal(env *cli.Env) bool {
-	f, ok := env.Stdin.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // readLine reads stdin's first line (at most 4 KiB); "" when there is none.
@@ -71,7 +60,7 @@ func operatorAdd(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	password := ""
-	if !stdinIsTerminal(env) {
+	if !env.Terminal {
 		var err error
 		if password, err = readLine(env); err != nil {
 			return err
@@ -89,7 +78,7 @@ func operatorAdd(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	o, err := engine.New(pool, env.Logger).AddOperator(ctx, *name, *role, password, engine.ActorCLI)
+	o, err := engine.New(pool, env.Logger).AddOperator(ctx, *name, *role, password, actor(env))
 	if err != nil {
 		return errors.New(engine.ErrorMessage(err))
 	}
@@ -124,7 +113,7 @@ func operatorList(ctx context.Context, env *cli.Env, args []string) error {
 }
 
 // operatorRemove asks before it removes, on a terminal; elsewhere it wants
-// --yes.
+// --yes (cli.Confirm).
 func operatorRemove(ctx context.Context, env *cli.Env, args []string) error {
 	fs := cli.NewFlagSet(env, "ordo operator remove")
 	name := fs.String("name", "", "the operator to remove; their sessions end at once (required)")
@@ -135,22 +124,15 @@ func operatorRemove(ctx context.Context, env *cli.Env, args []string) error {
 	if err := requireFlag("name", *name); err != nil {
 		return err
 	}
-	if !*yes {
-		if !stdinIsTerminal(env) {
-			return fmt.Errorf("this removes operator %q and ends their sessions: add --yes to mean it", *name)
-		}
-		fmt.Fprintf(env.Stderr, "Remove operator %q and end their sessions? [y/N] ", *name)
-		answer, _ := readLine(env)
-		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
-			return errors.New("not removed")
-		}
+	if err := cli.Confirm(env, *yes, fmt.Sprintf("removes operator %q and ends their sessions", *name)); err != nil {
+		return err
 	}
 	pool, err := openPool(ctx, env)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := engine.New(pool, env.Logger).RemoveOperator(ctx, *name, engine.ActorCLI); err != nil {
+	if err := engine.New(pool, env.Logger).RemoveOperator(ctx, *name, actor(env)); err != nil {
 		return errors.New(engine.ErrorMessage(err))
 	}
 	return cli.PrintJSON(env.Stdout, map[string]string{"removed": *name})

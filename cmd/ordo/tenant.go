@@ -59,7 +59,7 @@ func tenantCreate(ctx context.Context, env *cli.Env, args []string) error {
 	}
 	defer pool.Close()
 	var c tenants.Created
-	err = audited(ctx, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
+	err = audited(ctx, env, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
 		var err error
 		if c, err = store.CreateTx(ctx, tx, tenants.CreateParams{Slug: *slug, Name: *name, HandlerURL: *handlerURL}); err != nil {
 			return engine.AuditEntry{}, err
@@ -159,7 +159,7 @@ func tenantUpdate(ctx context.Context, env *cli.Env, args []string) error {
 	}
 	defer pool.Close()
 	var t tenants.Tenant
-	err = audited(ctx, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
+	err = audited(ctx, env, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
 		var err error
 		if t, err = store.UpdateTx(ctx, tx, *slug, p); err != nil {
 			return engine.AuditEntry{}, err
@@ -231,7 +231,7 @@ func changeSending(ctx context.Context, env *cli.Env, change func(*tenants.Store
 		return false, err
 	}
 	defer pool.Close()
-	err = audited(ctx, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
+	err = audited(ctx, env, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
 		entry, ok, err := change(store, tx)
 		changed = ok
 		return entry, err

@@ -321,6 +321,7 @@
       el("span", " · " + s.attempts + " attempt" + (s.attempts === 1 ? "" : "s"), "muted"),
       s.finished_at ? el("span", " · finished " + stamp(s.finished_at), "muted") : null,
       s.provider_message_id ? el("span", " · " + s.provider_message_id, "mono muted") : null,
+      s.sandbox ? h("span", "", " ", pill("sandbox"), el("span", " ordo dev's stand-in: nothing reached WhatsApp", "muted")) : null,
       s.provider_status ? h("span", "", " · provider ", pill(s.provider_status), el("span", s.provider_status_at ? " " + stamp(s.provider_status_at) : "", "muted")) : null));
     const errs = s.errors || [];
     if (errs.length) {

@@ -18,6 +18,8 @@
 //	load.go               the clients and their ledger (a stresser)
 //	probe.go              the bad-input prober (a stresser)
 //	fault_hostile_flood.go strangers flooding the public webhook (a fault that runs alone)
+//	fault_pg_away.go      Postgres stopped 20 s: quiet logs, 503 with Retry-After, /readyz (runs alone)
+//	fault_handler_outage.go the tenants' handler away (refused, then n8n's 404): no dead letter, no halt
 //	latency.go            the real clients' waits, read by the flood
 //	meta.go               Meta's webhooks: statuses, end users' messages
 //	provider.go           the misbehaving provider (its faults are per request) and the tenants' handler
@@ -25,7 +27,7 @@
 //	settle.go             after the load: settling, ordo's view, dead letters
 //	check.go              the checker (a pure function of what was recorded) and the report
 //
-// README.md ("The crash and fault run") says what the run does and what
+// cmd/ordo-chaos/README.md says what the run does and what
 // each check means.
 package chaos
 
@@ -94,7 +96,7 @@ type Config struct {
 	APIKills, PGRestarts, Stalls int
 	// RollingDeploys is how many times every process is SIGTERMed and
 	// restarted in turn, under load. Default 0 (none) until SIGTERM is
-	// graceful in the engine (issue 10): on today's engine a deploy
+	// graceful in the engine: on an engine without it a deploy
 	// duplicates sends, and the run says so.
 	RollingDeploys int
 	// OperatorResolves is how many dead letters an operator replays or
@@ -127,6 +129,15 @@ type Config struct {
 	// Defaults 4s, 1.5s: a stalled or killed worker's conversations move on
 	// within seconds.
 	Lease, SendTimeout time.Duration
+	// PGAway is how long Postgres is stopped, once, under load
+	// (fault_pg_away.go). Default PGAwayDefault; negative: no outage. Not
+	// with HA (the failovers take its place).
+	PGAway time.Duration
+	// HandlerOutage is how long the tenants' handler is away, once
+	// (fault_handler_outage.go): refusing connections, then answering
+	// n8n's 404. Default HandlerOutageFull when Duration is at least
+	// HandlerOutageFullFrom, else half of Duration; negative: no outage.
+	HandlerOutage time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -165,6 +176,7 @@ func (c Config) withDefaults() Config {
 	setInt(&c.Failovers, max(1, int(c.Duration/FailoverEvery)))
 	setDur(&c.Lease, 4*time.Second)
 	setDur(&c.SendTimeout, 1500*time.Millisecond)
+	setDur(&c.PGAway, PGAwayDefault)
 	return c
 }
 
@@ -226,13 +238,18 @@ type run struct {
 	tenants  []chaosTenant
 	latency  latencyLog // the real clients' waits, for the hostile flood
 
-	windowMu    sync.Mutex
-	windows     []faultWindow        // fault_rolling_deploy.go
-	hostile     []hostileRecord      // fault_hostile_flood.go
-	resolutions map[string]string    // fault_operator_resolve.go: tenant index and message id → replayed|skipped
-	replays     map[chaosConvKey]int // fault_operator_resolve.go: replays per conversation
-	failovers   []haFault            // fault_ha_*.go
-	ledger      *chaosLedger         // the clients' ledger, once the load starts
+	windowMu       sync.Mutex
+	windows        []faultWindow         // fault_rolling_deploy.go
+	hostile        []hostileRecord       // fault_hostile_flood.go
+	resolutions    map[string]string     // fault_operator_resolve.go: tenant index and message id → replayed|skipped
+	replays        map[chaosConvKey]int  // fault_operator_resolve.go: replays per conversation
+	failovers      []haFault             // fault_ha_*.go
+	ledger         *chaosLedger          // the clients' ledger, once the load starts
+	pgAways        []pgAwayRecord        // fault_pg_away.go
+	handlerOutages []handlerOutageRecord // fault_handler_outage.go
+
+	answers    answerLog       // the API's answers to the clients during a Postgres outage
+	exclusives []exclusiveSpan // when each exclusive fault ran (fault.go)
 }
 
 // chaosTenant is a tenant as the clients know it.
@@ -316,7 +333,7 @@ func (r *run) setUp(ctx context.Context, dir string) error {
 			Dir:      filepath.Join(dir, "pg"),
 			Port:     pgPort,
 			Fast:     true,
-			Settings: map[string]string{"synchronous_commit": "on", "max_connections": "400"},
+			Settings: chaosPGSettings,
 		})
 		if err != nil {
 			return err
@@ -532,6 +549,10 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	stopMeta()
 	<-metaDone
 	deadLetters, dlErr := r.deadLetters(ctx)
+	var halted []string
+	if len(r.handlerOutages) > 0 {
+		halted = r.haltedConversations(ctx)
+	}
 	r.stopAll()
 	r.log.printf("processes stopped")
 	ambiguous, ambErr := r.ambiguousCounts(ctx)
@@ -560,6 +581,12 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		hostile:     r.hostileRecords(),
 		ha:          cfg.HA,
 		failovers:   r.failoverRecords(),
+
+		pgAways:        r.pgAways,
+		handlerOutages: r.handlerOutages,
+		handledAt:      r.handler.srv.handled(),
+		halted:         halted,
+		exclusives:     r.exclusives,
 	}
 	for _, t := range r.tenants {
 		in.policies = append(in.policies, t.ambiguous)

@@ -270,6 +270,8 @@ func (l *chaosLedger) permanentMessages() []*chaosMsg {
 type chaosClient struct {
 	base string
 	http *http.Client
+	// observe, if set, is shown every answer (the Postgres outage notes them).
+	observe func(*http.Response)
 }
 
 func newChaosClient(base string) *chaosClient {
@@ -301,6 +303,9 @@ func (c *chaosClient) send(req *http.Request) (int, []byte, error) {
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
+	if c.observe != nil {
+		c.observe(resp)
+	}
 	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return 0, nil, err
@@ -424,6 +429,7 @@ func newChaosLoad(r *run) *chaosLoad {
 		pnids = append(pnids, t.phoneNumberID)
 	}
 	l := &chaosLoad{r: r, api: newChaosClient(r.apiURL), ledger: newChaosLedger(pnids)}
+	l.api.observe = r.answers.add
 	for i := range r.cfg.Conversations {
 		t := i % len(r.tenants)
 		j := i / len(r.tenants)
