@@ -40,7 +40,7 @@ type Env struct {
 	WhatsAppAPIURL string
 	// DevDir is where a running `ordo dev` left its env file (UseDevEnv);
 	// ReadEnv sets it to DevDir; empty: none.
-	DevDir string
+	DevDir         string
 	Stdout, Stderr io.Writer
 	// Stdin is where a destructive command reads its confirmation (and
 	// `credential set --from-file -` its value); Terminal says whether it is
