@@ -154,6 +154,10 @@ type Config struct {
 	// Events tunes the delivery of tenant events (events.go); its fields
 	// default one by one.
 	Events EventsConfig
+	// Outbound is the operator's part of the address policy every call to
+	// a tenant's handler_url and events_url is dialled under (outbound.go;
+	// the built-in refusals apply without it). Default none.
+	Outbound tenants.OutboundPolicy
 	// Database is Postgres's state as this process sees it (outage.Watch):
 	// while it is unreachable every loop of the runner backs off together
 	// and logs nothing but its going and its return. Shared with the web

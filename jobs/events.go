@@ -212,9 +212,11 @@ type eventsWorker struct {
 	stopping func() bool
 }
 
-func newEventsWorker(cfg EventsConfig, pool *pgxpool.Pool, ts *tenants.Store, logger *slog.Logger) *eventsWorker {
+func newEventsWorker(cfg EventsConfig, outbound tenants.OutboundPolicy, pool *pgxpool.Pool, ts *tenants.Store, logger *slog.Logger) *eventsWorker {
 	return &eventsWorker{cfg: cfg, pool: pool, tenants: ts, logger: logger, http: &http.Client{
 		Timeout: cfg.Timeout,
+		// Dialled under the outbound address policy (outbound.go).
+		Transport: outboundTransport(outbound, 2),
 		// Signed for its URL: a redirect could take the body and its
 		// signature anywhere.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },

@@ -29,6 +29,10 @@ const (
 	KeyReuseDefault                 = 10 * time.Second
 	UnauthenticatedBodyWaitDefault  = time.Second
 	WebhookReadTimeoutDefault       = 10 * time.Second
+	WebhookBodiesPerAddressDefault  = 4
+	WebhookBodiesPerTenantDefault   = 16
+	WebhookMinRateDefault           = 1024
+	WebhookMinRateGraceDefault      = 5 * time.Second
 	ReadHeaderTimeoutDefault        = 10 * time.Second
 	ReadTimeoutDefault              = 60 * time.Second
 	WriteTimeoutDefault             = 60 * time.Second
@@ -78,6 +82,20 @@ type Config struct {
 	// WebhookReadTimeout bounds reading one webhook body, so a slow sender
 	// cannot hold a slot for long. Default WebhookReadTimeoutDefault (10s).
 	WebhookReadTimeout time.Duration
+	// WebhookBodiesPerAddress and WebhookBodiesPerTenant are the shares of
+	// those slots one client address, and one tenant's webhook URL, may
+	// hold at once (an address that sent a valid signature recently is not
+	// held to the tenant's share; slots.go). Defaults
+	// WebhookBodiesPerAddressDefault (4) and WebhookBodiesPerTenantDefault
+	// (16).
+	WebhookBodiesPerAddress int
+	WebhookBodiesPerTenant  int
+	// WebhookMinRate is the slowest a webhook body may arrive, in bytes per
+	// second, once WebhookMinRateGrace has passed; a slower one is cut
+	// (503, connection closed). Defaults WebhookMinRateDefault (1 KiB/s)
+	// and WebhookMinRateGraceDefault (5s).
+	WebhookMinRate      int64
+	WebhookMinRateGrace time.Duration
 	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout are the
 	// http.Server's (see HTTPServer). Defaults ReadHeaderTimeoutDefault
 	// (10s), ReadTimeoutDefault (60s), WriteTimeoutDefault (60s),
@@ -87,13 +105,13 @@ type Config struct {
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
 	// AuthFailureLimit is how many failed authentications (API key or admin
-	// password) one client address, or one API key prefix, may make per
+	// password) one client address may make per
 	// AuthFailureWindow before it is answered 429 with Retry-After, without
 	// a database lookup. Defaults AuthFailureLimitDefault (30) and
 	// AuthFailureWindowDefault (1 minute).
 	AuthFailureLimit  int
 	AuthFailureWindow time.Duration
-	// AuthThrottleEntries bounds the addresses and prefixes tracked (least
+	// AuthThrottleEntries bounds the addresses tracked (least
 	// recently failed forgotten first), for API keys and webhook signatures
 	// each. Default AuthThrottleEntriesDefault.
 	AuthThrottleEntries int
@@ -147,6 +165,10 @@ func (c Config) WithDefaults() Config {
 	c.UnauthenticatedBodyWait = cmp.Or(c.UnauthenticatedBodyWait, UnauthenticatedBodyWaitDefault)
 	c.KeyReuse = cmp.Or(c.KeyReuse, KeyReuseDefault)
 	c.WebhookReadTimeout = cmp.Or(c.WebhookReadTimeout, WebhookReadTimeoutDefault)
+	c.WebhookBodiesPerAddress = cmp.Or(c.WebhookBodiesPerAddress, WebhookBodiesPerAddressDefault)
+	c.WebhookBodiesPerTenant = cmp.Or(c.WebhookBodiesPerTenant, WebhookBodiesPerTenantDefault)
+	c.WebhookMinRate = cmp.Or(c.WebhookMinRate, WebhookMinRateDefault)
+	c.WebhookMinRateGrace = cmp.Or(c.WebhookMinRateGrace, WebhookMinRateGraceDefault)
 	c.ReadHeaderTimeout = cmp.Or(c.ReadHeaderTimeout, ReadHeaderTimeoutDefault)
 	c.ReadTimeout = cmp.Or(c.ReadTimeout, ReadTimeoutDefault)
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
@@ -188,7 +210,7 @@ type Server struct {
 	unsigned *authThrottle
 	signers  goodKeys
 	channels *channelCache // webhook tenants and credentials (channels.go)
-	bodies   chan struct{} // slots for unauthenticated webhook bodies
+	bodies   *bodySlots    // slots for unauthenticated webhook bodies (slots.go)
 }
 
 // New returns a Server.
@@ -200,7 +222,7 @@ func New(cfg Config, eng *engine.Engine, ts *tenants.Store, vault *tenants.Vault
 	s := &Server{cfg: cfg, engine: eng, tenants: ts, vault: vault, logger: logger,
 		throttle: newAuthThrottle(cfg.AuthFailureLimit, cfg.AuthFailureWindow, cfg.AuthThrottleEntries),
 		unsigned: newAuthThrottle(cfg.WebhookFailureLimit, cfg.WebhookFailureWindow, cfg.AuthThrottleEntries),
-		bodies:   make(chan struct{}, cfg.MaxUnauthenticatedBodies),
+		bodies:   newBodySlots(cfg.MaxUnauthenticatedBodies, cfg.WebhookBodiesPerAddress, cfg.WebhookBodiesPerTenant),
 		good:     newGoodKeys(),
 		signers:  newGoodKeys(),
 		recent:   recently[tenants.Tenant]{ttl: cfg.KeyReuse},

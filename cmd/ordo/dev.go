@@ -132,9 +132,13 @@ func runDev(ctx context.Context, env *cli.Env, args []string) error {
 	if err := cli.WriteDevEnv(dir, databaseURL, strings.TrimSpace(keysText)); err != nil {
 		return err
 	}
+	outbound, err := cli.Outbound(env)
+	if err != nil {
+		return err
+	}
 	cfg := server.Config{
 		Role: "all", DatabaseURL: databaseURL, Addr: addr, Keys: keys,
-		Jobs:  jobs.Config{Workers: 20, WhatsAppAPIURL: waURL, SandboxCredential: sandboxCred},
+		Jobs:  jobs.Config{Workers: 20, WhatsAppAPIURL: waURL, SandboxCredential: sandboxCred, Outbound: outbound},
 		Web:   web.Config{AdminPassword: adminPassword, AdminOperators: true, Sandbox: true},
 		Build: buildLabels(),
 		Ready: func(string) {

@@ -150,6 +150,9 @@ func environment(w io.Writer) {
   ORDO_MASTER_KEYS       credential master keys, comma-separated id:base64-32-bytes, newest first
   ORDO_ADMIN_PASSWORD    the admin console's break-glass account "admin" (at least 12 characters)
   ORDO_TRUSTED_PROXIES   reverse proxies whose X-Forwarded-For/-Host are believed: addresses or CIDRs, comma-separated
+  ORDO_OUTBOUND_DENY     addresses or CIDRs, comma-separated, that handler and events URLs may not reach
+                         (besides the built-in refusals: link-local, unspecified, multicast, cloud metadata)
+  ORDO_OUTBOUND_ALLOW    addresses or CIDRs, comma-separated, they may reach whatever else refuses them
   ORDO_WHATSAPP_API_URL  the WhatsApp Cloud API (default https://graph.facebook.com/v23.0)
   ORDO_LOG_LEVEL         debug, info, warn or error (default info)
 `)

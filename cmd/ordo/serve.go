@@ -45,6 +45,9 @@ func runServe(ctx context.Context, env *cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if jc.Outbound, err = cli.Outbound(env); err != nil {
+		return err
+	}
 	return server.Run(ctx, env.Logger, server.Config{
 		Role: *role, DatabaseURL: env.DatabaseURL, Addr: cmp.Or(*addr, env.Addr, DefaultAddr), Keys: keys,
 		Jobs:  jc,

@@ -89,6 +89,9 @@ var faultKinds = []faultKind{
 	haStandbyRestartKind,
 	handlerOutageKind, // before pgAwayKind, which keeps out of its way
 	pgAwayKind,
+	workerDBCutKind,
+	workerAPICutKind,
+	pgSlowKind,
 }
 
 // planner draws the plan from the seed: the periodic faults first, then the
@@ -162,7 +165,7 @@ func (p *faultPlan) kinds() map[string]int {
 
 // planShown is the order in which the plan line names the kinds.
 var planShown = []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall, faultRollingDeploy, faultOperatorResolve, faultHostileFlood,
-	faultPGAway, faultHandlerOutage, faultHAPrimaryKill, faultHASwitchover, faultHAStandbyRestart}
+	faultPGAway, faultHandlerOutage, faultHAPrimaryKill, faultHASwitchover, faultHAStandbyRestart, faultWorkerDBCut, faultWorkerAPICut, faultPGSlow}
 
 func (p *faultPlan) print(l *faultLog) {
 	k := p.kinds()

@@ -23,6 +23,7 @@ type chaosMsg struct {
 	webhook bool // an end user's message, coming as Meta's webhook (its id is a wamid)
 	text    string
 	body    []byte
+	offered time.Time // when the ledger first heard of it
 
 	// Set by the ledger, under its lock.
 	accepted bool
@@ -112,6 +113,9 @@ func newChaosLedger(pnids []string) *chaosLedger {
 func (l *chaosLedger) offer(m *chaosMsg) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if m.offered.IsZero() {
+		m.offered = time.Now()
+	}
 	l.msgs = append(l.msgs, m)
 	k := chaosConvKey{m.tenant, m.conv}
 	l.offers[k] = append(l.offers[k], m)
@@ -119,6 +123,18 @@ func (l *chaosLedger) offer(m *chaosMsg) {
 		l.byText[chaosSendKey(l.pnids[m.tenant], m.conv, t)] = m
 	}
 	l.byID[fmt.Sprint(m.tenant)+"\x00"+m.id] = m
+}
+
+// offeredAt is when the message that may send the text of sendKey was
+// offered.
+func (l *chaosLedger) offeredAt(sendKey string) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := l.byText[sendKey]
+	if m == nil || m.offered.IsZero() {
+		return time.Time{}, false
+	}
+	return m.offered, true
 }
 
 // startedEarly judges the first request for a text (a send, or with text ""

@@ -35,6 +35,9 @@ type Env struct {
 	AdminPassword string
 	// TrustedProxies is ORDO_TRUSTED_PROXIES, unparsed (TrustedProxies).
 	TrustedProxies string
+	// OutboundDeny and OutboundAllow are ORDO_OUTBOUND_DENY and
+	// ORDO_OUTBOUND_ALLOW, unparsed (Outbound).
+	OutboundDeny, OutboundAllow string
 	// WhatsAppAPIURL is ORDO_WHATSAPP_API_URL; empty: the Cloud API (serve)
 	// or the sandbox (dev).
 	WhatsAppAPIURL string
@@ -63,6 +66,8 @@ func ReadEnv() *Env {
 		AdminPassword:  os.Getenv("ORDO_ADMIN_PASSWORD"),
 		TrustedProxies: os.Getenv("ORDO_TRUSTED_PROXIES"),
 		WhatsAppAPIURL: os.Getenv("ORDO_WHATSAPP_API_URL"),
+		OutboundDeny:   os.Getenv("ORDO_OUTBOUND_DENY"),
+		OutboundAllow:  os.Getenv("ORDO_OUTBOUND_ALLOW"),
 		DevDir:         DevDir,
 		Stdout:         os.Stdout,
 		Stderr:         os.Stderr,
@@ -107,6 +112,22 @@ func TrustedProxies(env *Env) ([]netip.Prefix, error) {
 
 // MakeKeyHint says how to make a master key without Go or a database.
 const MakeKeyHint = `make a key with: export ORDO_MASTER_KEYS="k1:$(openssl rand -base64 32)" (or bin/ordo keys generate)`
+
+// Outbound parses ORDO_OUTBOUND_DENY and ORDO_OUTBOUND_ALLOW, the
+// operator's part of the outbound address policy for tenants' handler and
+// events URLs (tenants.OutboundPolicy): comma-separated addresses or CIDRs
+// refused besides the built-in refusals, and allowed whatever refuses them.
+func Outbound(env *Env) (tenants.OutboundPolicy, error) {
+	deny, err := tenants.ParseOutboundList(env.OutboundDeny)
+	if err != nil {
+		return tenants.OutboundPolicy{}, fmt.Errorf("ORDO_OUTBOUND_DENY: %w", err)
+	}
+	allow, err := tenants.ParseOutboundList(env.OutboundAllow)
+	if err != nil {
+		return tenants.OutboundPolicy{}, fmt.Errorf("ORDO_OUTBOUND_ALLOW: %w", err)
+	}
+	return tenants.OutboundPolicy{Deny: deny, Allow: allow}, nil
+}
 
 // MasterKeys parses ORDO_MASTER_KEYS.
 func MasterKeys(env *Env) ([]tenants.MasterKey, error) {
