@@ -25,49 +25,30 @@ FROM ordo.tenants t
 ORDER BY t.slug
 LIMIT 200`
 
-// Halted conversations first, then the biggest backlogs.
+// Halted conversations first, then the biggest backlogs: read from the
+// conversations with work (activeConversations), never a scan of every
+// conversation.
 const adminAttentionQuery = `
+WITH active AS (` + activeConversations + `)
 SELECT t.slug, c.conversation_id, c.head_seq, c.last_seq, c.last_seq - c.head_seq, c.halted_at
-FROM ordo.conversations c
+FROM active a
+JOIN ordo.conversations c ON c.id = a.id
 JOIN ordo.tenants t ON t.id = c.tenant_id
 WHERE c.halted_at IS NOT NULL OR c.last_seq > c.head_seq
 ORDER BY c.halted_at IS NULL, c.last_seq - c.head_seq DESC, c.id
-LIMIT 50`
+LIMIT 20`
 
-const adminMessagesQuery = `
-SELECT t.slug, c.conversation_id, m.message_id, m.seq, m.direction, m.status, m.created_at, m.finished_at,
-       (SELECT count(*) FROM ordo.steps s WHERE s.message_pk = m.id AND s.kind = 'send' AND s.status = 'done'),
-       coalesce((SELECT s.errors -> -1 ->> 'error' FROM ordo.steps s
-                 WHERE s.message_pk = m.id AND jsonb_array_length(s.errors) > 0
-                 ORDER BY s.idx DESC LIMIT 1), '')
-FROM ordo.messages m
-JOIN ordo.tenants t ON t.id = m.tenant_id
-JOIN ordo.conversations c ON c.id = m.conversation_pk
-ORDER BY m.id DESC
-LIMIT 50`
-
-// Open dead letters oldest first, then the recently resolved ones so an
-// operator sees what a Replay or Skip did.
+// The newest open dead letters: what broke last.
 const adminDeadLettersQuery = `
-(SELECT d.id::text, t.slug, m.message_id, c.conversation_id, m.seq, m.status, d.reason,
-        coalesce(d.errors -> -1 ->> 'error', ''), jsonb_array_length(d.errors), d.created_at, d.resolved_at,
-        coalesce(d.resolution, '')
- FROM ordo.dead_letters d
- JOIN ordo.tenants t ON t.id = d.tenant_id
- JOIN ordo.messages m ON m.id = d.message_pk
- JOIN ordo.conversations c ON c.id = m.conversation_pk
- WHERE d.resolved_at IS NULL
- ORDER BY d.id LIMIT 100)
-UNION ALL
-(SELECT d.id::text, t.slug, m.message_id, c.conversation_id, m.seq, m.status, d.reason,
-        coalesce(d.errors -> -1 ->> 'error', ''), jsonb_array_length(d.errors), d.created_at, d.resolved_at,
-        coalesce(d.resolution, '')
- FROM ordo.dead_letters d
- JOIN ordo.tenants t ON t.id = d.tenant_id
- JOIN ordo.messages m ON m.id = d.message_pk
- JOIN ordo.conversations c ON c.id = m.conversation_pk
- WHERE d.resolved_at IS NOT NULL
- ORDER BY d.resolved_at DESC LIMIT 20)`
+SELECT d.id::text, t.slug, m.message_id, c.conversation_id, m.seq, m.status, d.reason,
+       coalesce(d.errors -> -1 ->> 'error', ''), jsonb_array_length(d.errors), d.created_at, d.resolved_at,
+       coalesce(d.resolution, '')
+FROM ordo.dead_letters d
+JOIN ordo.tenants t ON t.id = d.tenant_id
+JOIN ordo.messages m ON m.id = d.message_pk
+JOIN ordo.conversations c ON c.id = m.conversation_pk
+WHERE d.resolved_at IS NULL
+ORDER BY d.id DESC LIMIT 10`
 
 // AdminTenant is a tenant as the admin page shows it: settings and the names
 // of its credentials, never a secret nor the handler URL itself (n8n webhook
@@ -106,20 +87,6 @@ type AdminConversation struct {
 	HaltedAt       *time.Time `json:"halted_at"`
 }
 
-// AdminMessage is a recent message with its outcome.
-type AdminMessage struct {
-	Tenant         string     `json:"tenant"`
-	ConversationID string     `json:"conversation_id"`
-	MessageID      string     `json:"message_id"`
-	Seq            int64      `json:"seq"`
-	Direction      string     `json:"direction"`
-	Status         string     `json:"status"`
-	CreatedAt      time.Time  `json:"created_at"`
-	FinishedAt     *time.Time `json:"finished_at"`
-	SendsDone      int64      `json:"sends_done"`
-	LastError      string     `json:"last_error"`
-}
-
 // AdminDeadLetter is a dead letter without its message's payload.
 type AdminDeadLetter struct {
 	ID             string     `json:"id"`
@@ -147,61 +114,84 @@ type AdminSandboxSend struct {
 	CreatedAt     time.Time `json:"created_at"`
 }
 
-// AdminOverview is everything the page shows, read in one snapshot.
+// AdminOverview is the console's overview, read in one snapshot: the live
+// numbers, the conversations that need attention, the newest open dead
+// letters and, under ordo dev, what the sandbox "sent".
 type AdminOverview struct {
 	At           time.Time           `json:"at"`
 	Sandbox      bool                `json:"sandbox"`
-	Tenants      []AdminTenant       `json:"tenants"`
+	Tiles        Tiles               `json:"tiles"`
 	Attention    []AdminConversation `json:"attention"`
-	Messages     []AdminMessage      `json:"messages"`
 	DeadLetters  []AdminDeadLetter   `json:"dead_letters"`
 	SandboxSends []AdminSandboxSend  `json:"sandbox_sends"`
 }
 
-// AdminOverview reads the admin page's data across tenants in one read-only
-// snapshot, so the counts and lists agree with each other; withSandbox adds
-// the sandbox channel's recent sends (ordo dev).
+// AdminOverview reads the overview; withSandbox adds the sandbox
+// channel's recent sends (ordo dev). Every part is bounded by what is live
+// (tenants, conversations with work, open dead letters, the counters of
+// the last TilesWindow), never by how many messages the database holds.
 func (e *Engine) AdminOverview(ctx context.Context, withSandbox bool) (AdminOverview, error) {
-	o := AdminOverview{Sandbox: withSandbox}
-	err := pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&o.At); err != nil {
-			return err
+	if err := e.CompactStats(ctx); err != nil {
+		return AdminOverview{}, err
+	}
+	o := AdminOverview{Sandbox: withSandbox, SandboxSends: []AdminSandboxSend{}}
+	// One round trip: a refresh is as fast as the slowest statement.
+	err := e.adminReadBatch(ctx, func(b *pgx.Batch) {
+		queueTiles(b)
+		b.Queue(adminAttentionQuery)
+		b.Queue(adminDeadLettersQuery)
+		if withSandbox {
+			b.Queue(listSandboxSends)
 		}
-		var err error
-		rows, _ := tx.Query(ctx, adminTenantsQuery)
-		if o.Tenants, err = pgx.CollectRows(rows, pgx.RowToStructByPos[AdminTenant]); err != nil {
-			return err
-		}
-		rows, _ = tx.Query(ctx, adminAttentionQuery)
-		if o.Attention, err = pgx.CollectRows(rows, pgx.RowToStructByPos[AdminConversation]); err != nil {
-			return err
-		}
-		rows, _ = tx.Query(ctx, adminMessagesQuery)
-		if o.Messages, err = pgx.CollectRows(rows, pgx.RowToStructByPos[AdminMessage]); err != nil {
-			return err
-		}
-		rows, _ = tx.Query(ctx, adminDeadLettersQuery)
-		if o.DeadLetters, err = pgx.CollectRows(rows, pgx.RowToStructByPos[AdminDeadLetter]); err != nil {
-			return err
-		}
-		if !withSandbox {
-			return nil
-		}
-		rows, _ = tx.Query(ctx, listSandboxSends)
-		sends, err := pgx.CollectRows(rows, pgx.RowToStructByPos[SandboxSend])
-		if err != nil {
-			return err
-		}
-		o.SandboxSends = make([]AdminSandboxSend, 0, len(sends))
-		for _, snd := range sends {
-			o.SandboxSends = append(o.SandboxSends, readableSend(snd))
-		}
-		return nil
-	})
+	}, func(br pgx.BatchResults) error { return o.read(br, withSandbox) })
 	if err != nil {
-		return AdminOverview{}, &Error{Code: CodeInternal, Message: "internal error", Err: err}
+		return AdminOverview{}, translate(err, "read overview")
 	}
 	return o, nil
+}
+
+func (o *AdminOverview) read(br pgx.BatchResults, withSandbox bool) error {
+	var err error
+	if o.Tiles, err = readTiles(br); err != nil {
+		return err
+	}
+	o.At = o.Tiles.At
+	rows, _ := br.Query()
+	if o.Attention, err = pgx.CollectRows(rows, pgx.RowToStructByPos[AdminConversation]); err != nil {
+		return err
+	}
+	rows, _ = br.Query()
+	if o.DeadLetters, err = pgx.CollectRows(rows, pgx.RowToStructByPos[AdminDeadLetter]); err != nil {
+		return err
+	}
+	if !withSandbox {
+		return nil
+	}
+	rows, _ = br.Query()
+	sends, err := pgx.CollectRows(rows, pgx.RowToStructByPos[SandboxSend])
+	if err != nil {
+		return err
+	}
+	for _, snd := range sends {
+		o.SandboxSends = append(o.SandboxSends, readableSend(snd))
+	}
+	return nil
+}
+
+// AdminTenants lists the tenants (the first 200 by slug) with their
+// settings, credential names and open dead letters.
+func (e *Engine) AdminTenants(ctx context.Context) ([]AdminTenant, error) {
+	var out []AdminTenant
+	err := e.adminRead(ctx, func(tx pgx.Tx) error {
+		rows, _ := tx.Query(ctx, adminTenantsQuery)
+		var err error
+		out, err = pgx.CollectRows(rows, pgx.RowToStructByPos[AdminTenant])
+		return err
+	})
+	if err != nil {
+		return nil, translate(err, "list tenants")
+	}
+	return out, nil
 }
 
 // readableSend picks the recipient and the text a person would see out of a

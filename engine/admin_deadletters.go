@@ -6,6 +6,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"time"
 
@@ -201,6 +202,43 @@ func (e *Engine) adminRead(ctx context.Context, f func(tx pgx.Tx) error) error {
 }
 
 const setStatementTimeout = `SELECT set_config('statement_timeout', $1, true)`
+
+// adminReadBatch is adminRead in one round trip: the transaction's begin,
+// its statement timeout, the statements queue adds and the commit go as
+// one batch, and read reads queue's results in order. A page that refreshes
+// every few seconds on a busy machine waits for the database's scheduler
+// once, not once per statement.
+func (e *Engine) adminReadBatch(ctx context.Context, queue func(b *pgx.Batch), read func(br pgx.BatchResults) error) error {
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`)
+	b.Queue(setStatementTimeout, adminStatementTimeout)
+	queue(b)
+	b.Queue(`COMMIT`)
+	br := conn.SendBatch(ctx, b)
+	_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		err = read(br)
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	err = errors.Join(err, br.Close())
+	if err != nil && conn.Conn().PgConn().TxStatus() != 'I' {
+		// Never hand the pool a connection inside a transaction.
+		if _, rerr := conn.Exec(context.WithoutCancel(ctx), `ROLLBACK`); rerr != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+	}
+	return err
+}
 
 func parseID(s string) int64 { n, _ := strconv.ParseInt(s, 10, 64); return n }
 

@@ -7,23 +7,27 @@ package engine
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// AdminSearch selects messages on the admin page.
+// AdminSearch selects messages on the console.
 type AdminSearch struct {
-	// Q is a message id, a provider message id (wamid) or a conversation
-	// id, matched exactly; empty: every message.
-	Q      string
-	Tenant string // slug; empty: every tenant
-	Status string // queued|running|done|dead|skipped; empty: any
-	Since  time.Time
-	Until  time.Time // zero: no bound
-	Before int64     // message pk below this (keyset, newest first)
-	Limit  int       // 1..200; 0 means 50
+	// Q is the start of a message id (any tenant's, in byte order), or a
+	// provider message id (wamid) or conversation id matched exactly; empty:
+	// every message, newest first.
+	Q         string
+	Tenant    string // slug; empty: every tenant
+	Status    string // queued|running|done|dead|skipped; empty: any
+	Direction string // inbound|outbound; empty: either
+	Since     time.Time
+	Until     time.Time // zero: no bound
+	// Cursor is the Next of the page before; empty: the first page.
+	Cursor string
+	Limit  int // 1..200; 0 means 50
 }
 
 var messageStatuses = map[string]bool{"": true, "queued": true, "running": true, "done": true, "dead": true, "skipped": true}
@@ -34,6 +38,9 @@ func (s *AdminSearch) validate() error {
 	}
 	if !messageStatuses[s.Status] {
 		return Errorf(CodeInvalid, "status: must be queued, running, done, dead or skipped")
+	}
+	if s.Direction != "" && s.Direction != "inbound" && s.Direction != "outbound" {
+		return Errorf(CodeInvalid, "direction: must be inbound or outbound")
 	}
 	if s.Until.IsZero() {
 		s.Until = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -47,9 +54,33 @@ func (s *AdminSearch) validate() error {
 	return nil
 }
 
+// searchCursor is where a page ended: the last message's id (pk) and, for
+// a search by Q (ordered by message id), its message id.
+type searchCursor struct {
+	MessageID string `json:"m,omitempty"`
+	PK        int64  `json:"p"`
+}
+
+func (c searchCursor) encode() string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string) (searchCursor, error) {
+	var c searchCursor
+	if s == "" {
+		return c, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || json.Unmarshal(b, &c) != nil || c.PK < 0 {
+		return c, Errorf(CodeInvalid, "cursor: not one this console handed out")
+	}
+	return c, nil
+}
+
 // AdminFoundMessage is a message as the search lists it.
 type AdminFoundMessage struct {
-	PK             int64      `json:"pk"`
+	PK             int64      `json:"-"`
 	Tenant         string     `json:"tenant"`
 	ConversationID string     `json:"conversation_id"`
 	MessageID      string     `json:"message_id"`
@@ -70,63 +101,94 @@ SELECT m.id, t.slug, c.conversation_id, m.message_id, m.seq, m.direction, m.stat
                  WHERE s.message_pk = m.id AND jsonb_array_length(s.errors) > 0
                  ORDER BY s.idx DESC LIMIT 1), '')`
 
-// With a Q: the three exact lookups, each on an index (per tenant for the
-// ids, which are unique per tenant only), then the filters.
-const adminSearchByID = `
+// The filters every search applies to a message m ($2 tenant slug, $3
+// status, $4 direction, $5 since, $6 until).
+const adminSearchFilters = `
+    ($2 = '' OR m.tenant_id = (SELECT id FROM ordo.tenants WHERE slug = $2))
+    AND ($3 = '' OR m.status = $3) AND ($4 = '' OR m.direction = $4)
+    AND m.created_at >= $5 AND m.created_at < $6`
+
+// With a Q: the message ids that start with it, a range scan of
+// messages_message_id_prefix_idx in byte order from ($10, $11) — the
+// cursor, or (Q, 0) when the cursor is before Q: one row comparison, the
+// scan's start (a second lower bound beside it would leave btree to start
+// from the weaker one). An id is printable, so none holds U+10FFFF and
+// Q || U+10FFFF bounds the range. The messages of conversations with that
+// exact id (an index probe per tenant) and those of a wamid join them, in
+// the same order, from the cursor ($8, $9).
+const adminSearchByQ = `
 WITH hits AS (
-    SELECT m.id FROM ordo.tenants t
-    JOIN ordo.messages m ON m.tenant_id = t.id AND m.message_id = $1
-    WHERE $2 = '' OR t.slug = $2
+    (SELECT m.id, m.message_id FROM ordo.messages m
+     WHERE (m.message_id COLLATE "C", m.id) > ($10 COLLATE "C", $11) AND m.message_id COLLATE "C" < $1 || U&'\+10FFFF'
+       AND` + adminSearchFilters + `
+     ORDER BY m.message_id COLLATE "C", m.id LIMIT $7)
     UNION
-    SELECT m.id FROM ordo.tenants t
-    JOIN ordo.conversations c ON c.tenant_id = t.id AND c.conversation_id = $1
-    JOIN ordo.messages m ON m.conversation_pk = c.id
-    WHERE $2 = '' OR t.slug = $2
+    (SELECT m.id, m.message_id FROM ordo.tenants ct
+     JOIN LATERAL (SELECT c.id FROM ordo.conversations c WHERE c.tenant_id = ct.id AND c.conversation_id = $1) c ON true
+     JOIN ordo.messages m ON m.conversation_pk = c.id
+     WHERE ($2 = '' OR ct.slug = $2)
+       AND (m.message_id COLLATE "C", m.id) > ($8 COLLATE "C", $9) AND` + adminSearchFilters + `
+     ORDER BY m.message_id COLLATE "C", m.id LIMIT $7)
     UNION
-    SELECT st.message_pk FROM ordo.steps st WHERE st.provider_message_id = $1
+    (SELECT m.id, m.message_id FROM ordo.steps st JOIN ordo.messages m ON m.id = st.message_pk
+     WHERE st.provider_message_id = $1
+       AND (m.message_id COLLATE "C", m.id) > ($8 COLLATE "C", $9) AND` + adminSearchFilters + `
+     LIMIT $7)
 )` + adminFoundColumns + `
 FROM hits h
 JOIN ordo.messages m ON m.id = h.id
 JOIN ordo.tenants t ON t.id = m.tenant_id
 JOIN ordo.conversations c ON c.id = m.conversation_pk
-WHERE ($2 = '' OR t.slug = $2) AND ($3 = '' OR m.status = $3)
-  AND m.created_at >= $4 AND m.created_at < $5 AND ($6 = 0 OR m.id < $6)
-ORDER BY m.id DESC LIMIT $7`
+ORDER BY m.message_id COLLATE "C", m.id LIMIT $7`
 
-// Without a Q: the newest messages that pass the filters.
+// Without a Q: the newest messages that pass the filters, from the cursor.
 const adminSearchRecent = adminFoundColumns + `
 FROM ordo.messages m
 JOIN ordo.tenants t ON t.id = m.tenant_id
 JOIN ordo.conversations c ON c.id = m.conversation_pk
-WHERE ($2 = '' OR t.slug = $2) AND ($3 = '' OR m.status = $3)
-  AND m.created_at >= $4 AND m.created_at < $5 AND ($6 = 0 OR m.id < $6) AND $1 = ''
+WHERE $1 = '' AND ($9 = 0 OR m.id < $9) AND $8 = '' AND $10 = '' AND $11 = 0 AND` + adminSearchFilters + `
 ORDER BY m.id DESC LIMIT $7`
 
-// AdminMessagePage is one page of a search; Next is the Before of the next.
+// AdminMessagePage is one page of a search; Next is the Cursor of the next.
 type AdminMessagePage struct {
 	Items []AdminFoundMessage `json:"items"`
-	Next  int64               `json:"next,omitempty"`
+	Next  string              `json:"next,omitempty"`
 }
 
-// AdminSearchMessages finds messages across tenants, newest first.
+// AdminSearchMessages finds messages across tenants: by Q in message id
+// order, else newest first; keyset pages.
 func (e *Engine) AdminSearchMessages(ctx context.Context, s AdminSearch) (AdminMessagePage, error) {
 	if err := s.validate(); err != nil {
 		return AdminMessagePage{}, err
 	}
-	q := adminSearchRecent
-	if s.Q != "" {
-		q = adminSearchByID
+	cur, err := decodeCursor(s.Cursor)
+	if err != nil {
+		return AdminMessagePage{}, err
 	}
-	var p AdminMessagePage
-	err := e.adminRead(ctx, func(tx pgx.Tx) error {
-		rows, _ := tx.Query(ctx, q, s.Q, s.Tenant, s.Status, s.Since, s.Until, s.Before, s.Limit+1)
+	q, from := adminSearchRecent, searchCursor{}
+	if s.Q != "" {
+		q, from = adminSearchByQ, cur
+		if from.MessageID < s.Q {
+			from = searchCursor{MessageID: s.Q}
+		}
+	} else {
+		cur.MessageID = ""
+	}
+	p := AdminMessagePage{Items: []AdminFoundMessage{}}
+	err = e.adminRead(ctx, func(tx pgx.Tx) error {
+		rows, _ := tx.Query(ctx, q, s.Q, s.Tenant, s.Status, s.Direction, s.Since, s.Until, s.Limit+1, cur.MessageID, cur.PK, from.MessageID, from.PK)
 		items, err := pgx.CollectRows(rows, pgx.RowToStructByPos[AdminFoundMessage])
 		if err != nil {
 			return err
 		}
 		if len(items) > s.Limit {
 			items = items[:s.Limit]
-			p.Next = items[len(items)-1].PK
+			last := items[len(items)-1]
+			next := searchCursor{PK: last.PK}
+			if s.Q != "" {
+				next.MessageID = last.MessageID
+			}
+			p.Next = next.encode()
 		}
 		p.Items = items
 		return nil

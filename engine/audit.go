@@ -22,8 +22,8 @@ const (
 	ActorCLI = "cli"
 )
 
-// AdminActor names an admin-page user (the basic-auth user name, which the
-// password does not check: it is what the operator says they are).
+// AdminActor names a console operator (a logged-in name: an operator of
+// ordo.operators, or "admin" for the break-glass account).
 func AdminActor(user string) string {
 	user = strings.Map(func(r rune) rune {
 		if unicode.IsPrint(r) {
@@ -79,6 +79,8 @@ func Audit(ctx context.Context, q Querier, a AuditEntry) error {
 // AuditFilter narrows the audit listing; the page pages with Before.
 type AuditFilter struct {
 	Tenant string // empty: every tenant
+	Actor  string // "admin:<operator>", "cli", …; empty: anyone
+	Action string // tenant.create, dead_letter.replay, …; empty: any
 	Before int64  // ids below this; 0: from the newest
 	Limit  int    // 1..500; 0 means AuditLimitDefault
 }
@@ -90,16 +92,19 @@ const auditQuery = `
 SELECT id, at, actor, action, coalesce(tenant, ''), coalesce(conversation_id, ''), coalesce(message_id, ''),
        dead_letter_id, details
 FROM ordo.audit_log
-WHERE ($1 = '' OR tenant = $1) AND ($2 = 0 OR id < $2)
+WHERE ($1 = '' OR tenant = $1) AND ($2 = 0 OR id < $2) AND ($4 = '' OR actor = $4) AND ($5 = '' OR action = $5)
 ORDER BY id DESC LIMIT $3`
 
 // AuditLog lists entries newest first.
 func (e *Engine) AuditLog(ctx context.Context, f AuditFilter) ([]AuditEntry, error) {
 	f.Limit = cmp.Or(f.Limit, AuditLimitDefault)
+	if len(f.Actor) > 200 || len(f.Action) > 200 {
+		return nil, Errorf(CodeInvalid, "actor and action: must be at most 200 bytes")
+	}
 	if f.Limit < 1 || f.Limit > 500 {
 		return nil, Errorf(CodeInvalid, "limit: must be 1 to 500")
 	}
-	rows, _ := e.pool.Query(ctx, auditQuery, f.Tenant, f.Before, f.Limit)
+	rows, _ := e.pool.Query(ctx, auditQuery, f.Tenant, f.Before, f.Limit, f.Actor, f.Action)
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[AuditEntry])
 	if err != nil {
 		return nil, translate(err, "list audit log")

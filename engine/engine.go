@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 
 	ordosql "github.com/ordo-dev/ordo/sql"
 
@@ -30,6 +31,9 @@ type Engine struct {
 	// fallbackSem bounds failed batches' messages run on their own at once.
 	fallbackSem chan struct{}
 	metrics     *metrics.Metrics // nil: nothing recorded
+	// statsCompacted is the Unix minute CompactStats last ran in: the
+	// overview's refreshes compact at most once a minute per process.
+	statsCompacted atomic.Int64
 }
 
 // Option configures an Engine.

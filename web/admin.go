@@ -1,23 +1,24 @@
 package web
 
-// The admin page is the operator's view across tenants: who is configured,
-// which conversations need attention, what happened to recent messages, the
-// open dead letters with Replay and Skip, and — under ordo dev — what the
-// sandbox channel "sent". It is plain HTML, CSS and a little vanilla JS
-// embedded in the binary (no build step, no CDN) on top of a few JSON
-// endpoints under /admin/api/.
+// The admin console is the operators' view across tenants: an overview
+// with live numbers, messages (search by id prefix), a page per message
+// and per conversation, dead letters with bulk replay and skip, tenants
+// with their settings, credentials and keys, and the audit log. It is
+// plain HTML, CSS and vanilla JS embedded in the binary (no build step, no
+// CDN), routed in the browser by the URL's fragment (#/messages?q=…), on
+// top of JSON endpoints under /admin/api/.
 //
-// Everything under /admin sits behind HTTP basic auth with
-// Config.AdminPassword. Because browsers replay basic credentials on
-// cross-site requests too, the state-changing endpoints are POST-only and
-// require the X-Ordo-Admin header the page's fetch sets (a cross-site form
-// cannot set it, and a cross-site fetch that does is stopped by CORS) and,
-// when the browser sends one, a same-host Origin.
+// Operators log in with a name and password (admin_auth.go): the session
+// is a cookie (HttpOnly, SameSite=Strict, Secure over TLS) whose token is
+// kept hashed in Postgres. Every API path needs a session, and every write
+// a role: a viewer reads, an operator also replays, skips, pauses and
+// resumes, an admin also onboards and changes settings, credentials and
+// keys. As a second line against cross-site requests, the state-changing
+// endpoints are POST-only and require the X-Ordo-Admin header the page's
+// fetch sets and, when the browser sends one, a same-host Origin.
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"embed"
 	"io/fs"
 	"log/slog"
@@ -35,8 +36,10 @@ var adminAssets embed.FS
 // adminHeader must be set (to "1") on every state-changing admin request.
 const adminHeader = "X-Ordo-Admin"
 
-// routeAdmin mounts the admin page. Every path under /admin is authenticated
-// before it is routed, so not even a 404 or 405 answers a stranger.
+// routeAdmin mounts the console. The page and its assets are public (they
+// hold no data); the login is throttled; everything else under /admin
+// needs a session before it is routed, so not even a 404 or 405 answers a
+// stranger.
 func (s *Server) routeAdmin(r *mux.Router) {
 	a := mux.NewRouter().UseEncodedPath()
 	a.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -45,60 +48,45 @@ func (s *Server) routeAdmin(r *mux.Router) {
 	a.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &engine.Error{Code: codeMethodNotAllowed, Message: "method not allowed"})
 	})
+	a.HandleFunc("/admin/api/overview", s.adminOverview).Methods(http.MethodGet)
+	a.Handle("/admin/api/dead-letters/{id}/replay", s.adminWrite(engine.RoleOperator, s.adminResolve(s.engine.Replay))).Methods(http.MethodPost)
+	a.Handle("/admin/api/dead-letters/{id}/skip", s.adminWrite(engine.RoleOperator, s.adminResolve(s.engine.Skip))).Methods(http.MethodPost)
+	s.routeAdminConsole(a)
+
 	static, _ := fs.Sub(adminAssets, "admin")
 	page := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.adminFile(w, r, static, "index.html") })
-	a.Handle("/admin", page).Methods(http.MethodGet, http.MethodHead)
-	a.Handle("/admin/", page).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/admin", page).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/admin/", page).Methods(http.MethodGet, http.MethodHead)
 	for _, name := range []string{"admin.js", "admin.css", "favicon.svg"} {
-		a.HandleFunc("/admin/"+name, func(w http.ResponseWriter, r *http.Request) { s.adminFile(w, r, static, name) }).
+		r.HandleFunc("/admin/"+name, func(w http.ResponseWriter, r *http.Request) { s.adminFile(w, r, static, name) }).
 			Methods(http.MethodGet, http.MethodHead)
 	}
-	a.HandleFunc("/admin/api/overview", s.adminOverview).Methods(http.MethodGet)
-	a.Handle("/admin/api/dead-letters/{id}/replay", s.adminWrite(s.adminResolve(s.engine.Replay))).Methods(http.MethodPost)
-	a.Handle("/admin/api/dead-letters/{id}/skip", s.adminWrite(s.adminResolve(s.engine.Skip))).Methods(http.MethodPost)
-	s.routeAdminConsole(a)
+	r.HandleFunc("/admin/session", s.adminMe).Methods(http.MethodGet)
+	r.Handle("/admin/login", s.adminSameOrigin(http.HandlerFunc(s.adminLogin))).Methods(http.MethodPost)
+	r.Handle("/admin/logout", s.adminSameOrigin(http.HandlerFunc(s.adminLogout))).Methods(http.MethodPost)
 	r.PathPrefix("/admin").Handler(s.adminAuth(a))
 }
 
-// adminAuth checks the basic-auth password (any user name). Both sides are
-// hashed first so the comparison takes the same time whatever the lengths.
-// Failures count against the client's address (throttle.go): past the limit
-// the answer is 429 with Retry-After, even for the right password.
-func (s *Server) adminAuth(next http.Handler) http.Handler {
-	want := sha256.Sum256([]byte(s.cfg.AdminPassword))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		addr := "admin:" + s.clientAddr(r)
-		if wait := s.throttle.blocked(addr); wait > 0 {
-			s.tooManyFailures(w, r, wait)
+// adminWrite lets a write through for a session with at least role
+// (403 otherwise) that passes the anti-CSRF checks.
+func (s *Server) adminWrite(role string, next http.Handler) http.Handler {
+	return s.adminSameOrigin(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if sess := sessionOf(r); !engine.RoleAtLeast(sess.Role, role) {
+			s.writeError(w, r, engine.Errorf(codeForbidden, "a %s may not do this: it needs the %s role", sess.Role, role))
 			return
 		}
-		_, password, ok := r.BasicAuth()
-		got := sha256.Sum256([]byte(password))
-		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 || !ok {
-			s.throttle.fail(addr)
-			w.Header().Set("WWW-Authenticate", `Basic realm="ordo admin", charset="UTF-8"`)
-			s.writeError(w, r, engine.Errorf(engine.CodeUnauthorized, "admin password required (HTTP basic auth, any user name)"))
-			return
-		}
-		w.Header().Set("Cache-Control", "no-store")
 		next.ServeHTTP(w, r)
-	})
+	}))
 }
 
-// adminActor names the operator in the audit log: the basic-auth user name
-// (the password is shared, so the name is what they say they are).
-func adminActor(r *http.Request) string {
-	user, _, _ := r.BasicAuth()
-	return engine.AdminActor(user)
-}
-
-// adminWrite is the anti-CSRF check of state-changing admin endpoints. The
-// custom header alone stops forged requests (another site can only send it
-// through a CORS preflight, which is never granted); the Origin check is a
-// second line. Behind a proxy that rewrites Host, X-Forwarded-Host names the
-// host the browser saw, believed only from Config.TrustedProxies: any client
-// can send the header.
-func (s *Server) adminWrite(next http.Handler) http.Handler {
+// adminSameOrigin is the anti-CSRF check of state-changing console
+// endpoints. The custom header alone stops forged requests (another site
+// can only send it through a CORS preflight, which is never granted; the
+// cookie is SameSite=Strict besides); the Origin check is a further line.
+// Behind a proxy that rewrites Host, X-Forwarded-Host names the host the
+// browser saw, believed only from Config.TrustedProxies: any client can
+// send the header.
+func (s *Server) adminSameOrigin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get(adminHeader) != "1" {
 			s.writeError(w, r, engine.Errorf(codeForbidden, "%s: 1 header required", adminHeader))

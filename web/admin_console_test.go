@@ -19,7 +19,7 @@ import (
 func TestAdminConsoleBadInput(t *testing.T) {
 	t.Parallel()
 	e := start(t, options{web: web.Config{AdminPassword: adminPassword}, jobs: jobstest.Options{NoStart: true}})
-	auth := basic("op", adminPassword)
+	auth := e.login(t, "admin", adminPassword)
 	write := withHeader(withHeader(auth, "X-Ordo-Admin", "1"), "Origin", e.URL)
 	stored := func() string {
 		return strings.Join([]string{
@@ -85,7 +85,10 @@ func TestAdminConsoleBadInput(t *testing.T) {
 	for _, c := range []struct{ name, path, message string }{
 		{"search: bad status", "/admin/api/messages?status=lost", "status: must be"},
 		{"search: bad since", "/admin/api/messages?since=yesterday", "since: must be an RFC 3339 time"},
-		{"search: bad before", "/admin/api/messages?before=-1", "before: must be a non-negative integer"},
+		{"search: bad cursor", "/admin/api/messages?cursor=%21%21", "cursor: not one this console handed out"},
+		{"search: bad direction", "/admin/api/messages?direction=sideways", "direction: must be inbound or outbound"},
+		{"message: control character", "/admin/api/tenants/acme/messages/a%07b", "message_id: "},
+		{"audit: long actor", "/admin/api/audit?actor=" + strings.Repeat("a", 201), "at most 200 bytes"},
 		{"search: control character", "/admin/api/messages?q=a%07b", "q: "},
 		{"dead letters: bad state", "/admin/api/dead-letters?state=closed", "state: must be open, resolved or all"},
 		{"dead letters: bad age", "/admin/api/dead-letters?min_age=1y", "min_age: must be an age"},
@@ -123,7 +126,7 @@ func TestAdminConsoleBadInput(t *testing.T) {
 func TestAdminConsoleTenantLifecycle(t *testing.T) {
 	t.Parallel()
 	e := start(t, options{web: web.Config{AdminPassword: adminPassword}, jobs: jobstest.Options{NoStart: true}})
-	auth := basic("alice", adminPassword)
+	auth := e.operator(t, "alice", engine.RoleAdmin)
 	write := withHeader(withHeader(auth, "X-Ordo-Admin", "1"), "Origin", e.URL)
 	post := func(path, body string, want int) answer {
 		t.Helper()
@@ -169,7 +172,7 @@ func TestAdminConsoleTenantLifecycle(t *testing.T) {
 		v.WebhookURL != e.URL+"/webhooks/whatsapp/beta" || v.SendingPaused || len(v.Keys) != 2 {
 		t.Errorf("tenant view: %+v", v)
 	}
-	audit := e.call(t, request{method: http.MethodGet, path: "/admin/api/audit", header: auth})
+	audit := e.call(t, request{method: http.MethodGet, path: "/admin/api/audit?tenant=beta", header: auth})
 	var actions []string
 	for _, x := range decode[struct{ Items []engine.AuditEntry }](t, audit).Items {
 		actions = append(actions, x.Action)
@@ -211,7 +214,7 @@ func TestAdminConsoleBulkSkip(t *testing.T) {
 	t.Parallel()
 	e := start(t, options{web: web.Config{AdminPassword: adminPassword}})
 	e.WhatsApp.SetResponder(failPrefixed)
-	auth := basic("bob", adminPassword)
+	auth := e.operator(t, "bob", engine.RoleOperator)
 	write := withHeader(withHeader(auth, "X-Ordo-Admin", "1"), "Origin", e.URL)
 	for _, c := range []string{"c1", "c2", "c3"} {
 		e.deadLetter(t, "dead-"+c, c)

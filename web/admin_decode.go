@@ -26,9 +26,14 @@ func readAdminJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	if err != nil {
 		return err
 	}
+	return decodeAdminJSON(body, v)
+}
+
+// decodeAdminJSON decodes one JSON object into v, as readAdminJSON.
+func decodeAdminJSON(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	err = dec.Decode(v)
+	err := dec.Decode(v)
 	if err == nil && dec.Decode(&struct{}{}) != io.EOF {
 		err = errors.New("trailing data")
 	}

@@ -1,8 +1,8 @@
 package web
 
-// The admin page's finding and fixing: dead letters by filter with a count
-// preview and the bulk replay or skip, the message search, a conversation's
-// timeline, the live tiles and the audit log.
+// The console's finding and fixing: dead letters by filter with a count
+// preview and the bulk replay or skip, the message search and a message's
+// page, a conversation's timeline, the live tiles and the audit log.
 
 import (
 	"cmp"
@@ -71,7 +71,7 @@ func (s *Server) adminBulk(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) adminSearch(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := engine.AdminSearch{Q: q.Get("q"), Tenant: q.Get("tenant"), Status: q.Get("status")}
+	f := engine.AdminSearch{Q: q.Get("q"), Tenant: q.Get("tenant"), Status: q.Get("status"), Direction: q.Get("direction"), Cursor: q.Get("cursor")}
 	var err error
 	if f.Q != "" {
 		err = checkID("q", f.Q)
@@ -81,9 +81,6 @@ func (s *Server) adminSearch(w http.ResponseWriter, r *http.Request) {
 	}
 	if err == nil {
 		f.Until, err = queryTime(r, "until")
-	}
-	if err == nil {
-		f.Before, err = queryInt(r, "before")
 	}
 	if err == nil {
 		var n int64
@@ -100,6 +97,22 @@ func (s *Server) adminSearch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, p)
+}
+
+// adminMessage is a message's page: content, steps, attempts, sends, dead
+// letters.
+func (s *Server) adminMessage(w http.ResponseWriter, r *http.Request) {
+	id := pathVar(r, "message_id")
+	if err := checkID("message_id", id); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	m, err := s.engine.AdminMessage(r.Context(), pathVar(r, "slug"), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
 }
 
 func (s *Server) adminTimeline(w http.ResponseWriter, r *http.Request) {
@@ -142,7 +155,8 @@ func (s *Server) adminAudit(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	f := engine.AuditFilter{Tenant: r.URL.Query().Get("tenant"), Before: before, Limit: int(min(limit, 1000))}
+	q := r.URL.Query()
+	f := engine.AuditFilter{Tenant: q.Get("tenant"), Actor: q.Get("actor"), Action: q.Get("action"), Before: before, Limit: int(min(limit, 1000))}
 	list, err := s.engine.AuditLog(r.Context(), f)
 	if err != nil {
 		s.writeError(w, r, err)

@@ -57,6 +57,11 @@ type adminTenantView struct {
 	// WebhookURL is what to paste into Meta's app settings as the callback.
 	WebhookURL     string `json:"webhook_url"`
 	VerifyTokenSet bool   `json:"verify_token_set"`
+	// HandlerAuth is how ordo authenticates to the handler: "none",
+	// "header" (n8n Header Auth, HandlerAuthHeader names the header),
+	// "basic" (n8n Basic Auth) or "unreadable"; never the secret.
+	HandlerAuth       string `json:"handler_auth"`
+	HandlerAuthHeader string `json:"handler_auth_header,omitempty"`
 }
 
 func viewOf(t tenants.Tenant) adminTenantView {
@@ -65,7 +70,7 @@ func viewOf(t tenants.Tenant) adminTenantView {
 		PairGapMS: t.PairGapMS, Weight: t.Weight, MaxConcurrency: t.MaxConcurrency, Retention: t.Retention.String(),
 		HandlerMode: t.HandlerMode, HandlerTimeoutMS: t.HandlerTimeoutMS, ReplyDeadlineMS: t.ReplyDeadlineMS,
 		SendingPaused: t.SendingPausedAt != nil, SendingPausedReason: t.SendingPausedReason, Keys: []tenants.APIKey{},
-		WhatsApp: "not set", WhatsAppFields: map[string]bool{}}
+		WhatsApp: "not set", WhatsAppFields: map[string]bool{}, HandlerAuth: "none"}
 }
 
 // publicBase is the scheme and host the browser used, which is what Meta
@@ -90,19 +95,24 @@ func (s *Server) publicBase(r *http.Request) string {
 // (behind adminAuth); writes go through adminWrite.
 func (s *Server) routeAdminConsole(a *mux.Router) {
 	get := func(path string, h http.HandlerFunc) { a.Handle("/admin/api"+path, h).Methods(http.MethodGet) }
-	post := func(path string, h http.HandlerFunc) {
-		a.Handle("/admin/api"+path, s.adminWrite(h)).Methods(http.MethodPost)
+	post := func(role, path string, h http.HandlerFunc) {
+		a.Handle("/admin/api"+path, s.adminWrite(role, h)).Methods(http.MethodPost)
 	}
+	const operator, admin = engine.RoleOperator, engine.RoleAdmin
+	get("/tenants", s.adminTenants)
 	get("/tenants/{slug}", s.adminTenant)
-	post("/tenants", s.adminCreateTenant)
-	post("/tenants/{slug}/settings", s.adminUpdateTenant)
-	post("/tenants/{slug}/credentials/whatsapp", s.adminSetWhatsApp)
-	post("/tenants/{slug}/api-keys", s.adminCreateKey)
-	post("/tenants/{slug}/api-keys/{prefix}/revoke", s.adminRevokeKey)
-	post("/tenants/{slug}/pause", s.adminPause)
-	post("/tenants/{slug}/resume", s.adminResume)
+	post(admin, "/tenants", s.adminCreateTenant)
+	post(admin, "/tenants/{slug}/settings", s.adminUpdateTenant)
+	post(admin, "/tenants/{slug}/credentials/whatsapp", s.adminSetWhatsApp)
+	post(admin, "/tenants/{slug}/credentials/{name}/delete", s.adminDeleteCredential)
+	post(admin, "/tenants/{slug}/credentials/handler_auth", s.adminSetHandlerAuth)
+	post(admin, "/tenants/{slug}/api-keys", s.adminCreateKey)
+	post(admin, "/tenants/{slug}/api-keys/{prefix}/revoke", s.adminRevokeKey)
+	post(operator, "/tenants/{slug}/pause", s.adminPause)
+	post(operator, "/tenants/{slug}/resume", s.adminResume)
+	get("/tenants/{slug}/messages/{message_id}", s.adminMessage)
 	get("/dead-letters", s.adminDeadLetters)
-	post("/dead-letters/bulk", s.adminBulk)
+	post(operator, "/dead-letters/bulk", s.adminBulk)
 	get("/messages", s.adminSearch)
 	get("/timeline", s.adminTimeline)
 	get("/tiles", s.adminTiles)
@@ -139,8 +149,93 @@ func (s *Server) adminTenant(w http.ResponseWriter, r *http.Request) {
 		default:
 			v.WhatsApp = "unreadable"
 		}
+		a, err := s.tenants.HandlerAuth(ctx, t.ID)
+		switch {
+		case err != nil:
+			v.HandlerAuth = "unreadable"
+		case a != nil && a.Header != "":
+			v.HandlerAuth, v.HandlerAuthHeader = "header", a.Header
+		case a != nil:
+			v.HandlerAuth = "basic"
+		}
 	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// adminTenants lists the tenants.
+func (s *Server) adminTenants(w http.ResponseWriter, r *http.Request) {
+	list, err := s.engine.AdminTenants(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": list})
+}
+
+// adminSetHandlerAuth stores the tenant's handler auth (n8n Header Auth:
+// header and value; Basic Auth: basic_user and basic_password). Write-only,
+// as the WhatsApp credential.
+func (s *Server) adminSetHandlerAuth(w http.ResponseWriter, r *http.Request) {
+	body, err := readJSONBody(w, r, adminBodyLimit)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if _, err := tenants.ParseHandlerAuth(body); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if s.vault == nil {
+		s.writeError(w, r, engine.Errorf(engine.CodeUnavailable, "no master key configured"))
+		return
+	}
+	err = s.audited(r, func(tx pgx.Tx) (engine.AuditEntry, error) {
+		t, err := s.tenants.BySlugTx(r.Context(), tx, pathVar(r, "slug"))
+		if err != nil {
+			return engine.AuditEntry{}, err
+		}
+		if err := s.vault.Put(r.Context(), tx, t.ID, tenants.HandlerAuthCredential, body); err != nil {
+			return engine.AuditEntry{}, err
+		}
+		return engine.AuditEntry{Action: "credential.set", Tenant: t.Slug, Details: details(map[string]any{"name": tenants.HandlerAuthCredential})}, nil
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{tenants.HandlerAuthCredential: "set"})
+}
+
+// adminDeleteCredential removes a tenant's whatsapp or handler_auth
+// credential.
+func (s *Server) adminDeleteCredential(w http.ResponseWriter, r *http.Request) {
+	name := pathVar(r, "name")
+	if name != whatsappCredential && name != tenants.HandlerAuthCredential {
+		s.writeError(w, r, engine.Errorf(engine.CodeInvalid, "name: must be whatsapp or handler_auth"))
+		return
+	}
+	if s.vault == nil {
+		s.writeError(w, r, engine.Errorf(engine.CodeUnavailable, "no master key configured"))
+		return
+	}
+	err := s.audited(r, func(tx pgx.Tx) (engine.AuditEntry, error) {
+		t, err := s.tenants.BySlugTx(r.Context(), tx, pathVar(r, "slug"))
+		if err != nil {
+			return engine.AuditEntry{}, err
+		}
+		if err := tenants.DeleteCredential(r.Context(), tx, t.ID, name); err != nil {
+			if errors.Is(err, tenants.ErrNotFound) {
+				return engine.AuditEntry{}, engine.Errorf(engine.CodeNotFound, "tenant %s has no %s credential", t.Slug, name)
+			}
+			return engine.AuditEntry{}, err
+		}
+		return engine.AuditEntry{Action: "credential.delete", Tenant: t.Slug, Details: details(map[string]any{"name": name})}, nil
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{name: "deleted"})
 }
 
 // audited runs f and its audit entry in one transaction, and logs the

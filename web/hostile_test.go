@@ -376,16 +376,22 @@ func TestFailedAuthThrottled(t *testing.T) {
 		mustError(t, "guess on one prefix", get(fmt.Sprintf("203.0.113.%d:1000", i+1), wrongKey("DDDDDDDD", i)), 401, "unauthorized")
 	}
 
-	// The admin page's basic auth.
+	// The console's login, per address.
+	login := func(remote, password string) answer {
+		return e.do(http.MethodPost, "/admin/login", remote, http.Header{"X-Ordo-Admin": {"1"}, "Content-Type": {"application/json"}},
+			strings.NewReader(loginBody("admin", password)))
+	}
 	for range limit {
-		mustError(t, "wrong admin password", e.do(http.MethodGet, "/admin/api/overview", "192.0.2.50:1", basic("", "wrong"), nil), 401, "unauthorized")
+		mustError(t, "wrong admin password", login("192.0.2.50:1", "wrong"), 401, "unauthorized")
 	}
-	a = e.do(http.MethodGet, "/admin/api/overview", "192.0.2.50:1", basic("", adminPassword), nil)
-	mustError(t, "admin past the limit", a, 429, "rate_limited")
+	a = login("192.0.2.50:1", adminPassword)
+	mustError(t, "login past the limit", a, 429, "rate_limited")
 	if a.header.Get("Retry-After") == "" {
-		t.Errorf("admin 429 without Retry-After")
+		t.Errorf("login 429 without Retry-After")
 	}
-	mustStatus(t, "admin from another address", e.do(http.MethodGet, "/admin/api/overview", "192.0.2.51:1", basic("", adminPassword), nil), 200)
+	a = login("192.0.2.51:1", adminPassword)
+	mustStatus(t, "login from another address", a, 200)
+	mustStatus(t, "the session from the blocked address", e.do(http.MethodGet, "/admin/api/overview", "192.0.2.50:1", sessionFrom(t, a), nil), 200)
 }
 
 // A key's public prefix never locks out its right secret (issue 24: 30
@@ -475,8 +481,11 @@ func TestAdminPasswordMinimum(t *testing.T) {
 func TestAdminForwardedHostOnlyFromTrustedProxies(t *testing.T) {
 	t.Parallel()
 	e := startInproc(t, web.Config{AdminPassword: adminPassword, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
-	h := withHeader(withHeader(withHeader(basic("", adminPassword), "X-Ordo-Admin", "1"), "Origin", "https://evil.example"), "X-Forwarded-Host", "evil.example")
-	a := e.do(http.MethodPost, "/admin/api/dead-letters/424242/skip", "192.0.2.9:1", h, nil)
+	a := e.do(http.MethodPost, "/admin/login", "192.0.2.9:1", http.Header{"X-Ordo-Admin": {"1"}, "Content-Type": {"application/json"}},
+		strings.NewReader(loginBody("admin", adminPassword)))
+	mustStatus(t, "login", a, 200)
+	h := withHeader(withHeader(withHeader(sessionFrom(t, a), "X-Ordo-Admin", "1"), "Origin", "https://evil.example"), "X-Forwarded-Host", "evil.example")
+	a = e.do(http.MethodPost, "/admin/api/dead-letters/424242/skip", "192.0.2.9:1", h, nil)
 	mustError(t, "forwarded host from a stranger", a, 403, "forbidden")
 	a = e.do(http.MethodPost, "/admin/api/dead-letters/424242/skip", "10.0.0.1:1", h, nil)
 	mustError(t, "forwarded host from the proxy", a, 404, "not_found") // past the check: no such dead letter

@@ -38,6 +38,9 @@ func TestDatabaseAwayIsAStateNotAFlood(t *testing.T) {
 	})
 	mustStatus(t, "before the outage", e.post(t, e.APIKey, "/v1/messages", outbound("pg-1", "c1", "one")), http.StatusAccepted)
 	e.WaitFor("the first send", 10*time.Second, func() bool { return len(e.WhatsApp.Sends()) == 1 })
+	// Recorded too: a cut between the provider's answer and the finish's
+	// commit makes an ambiguous send, which is another test.
+	e.waitStatus(t, e.APIKey, "pg-1", "done")
 
 	before := len(e.logs.String())
 	proxy.Cut()

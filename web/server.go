@@ -137,9 +137,18 @@ type Config struct {
 	// the browser's host for the admin page's Origin check). Default none:
 	// the headers are ignored.
 	TrustedProxies []netip.Prefix
-	// AdminPassword protects the admin page (HTTP basic auth, any user name).
-	// Empty disables the admin page; see CheckAdminPassword.
+	// AdminPassword is the console's break-glass account: name "admin",
+	// role admin. Empty: no such account; see CheckAdminPassword.
 	AdminPassword string
+	// AdminOperators serves the console to the operators of ordo.operators
+	// (ordo operator add) even without an AdminPassword. Default off: the
+	// console is served only when AdminPassword is set.
+	AdminOperators bool
+	// AdminSessionIdle ends a console session unused this long; default
+	// engine.SessionIdleDefault (30m). AdminSessionMax ends any session
+	// this long after its login; default engine.SessionMaxDefault (12h).
+	AdminSessionIdle time.Duration
+	AdminSessionMax  time.Duration
 	// Sandbox serves the built-in stand-in for the WhatsApp Cloud API under
 	// /sandbox/ (ordo dev), to loopback hosts only. Default off.
 	Sandbox bool
@@ -171,6 +180,8 @@ func (c Config) WithDefaults() Config {
 	c.WebhookFailureWindow = cmp.Or(c.WebhookFailureWindow, WebhookFailureWindowDefault)
 	c.ChannelCacheTTL = cmp.Or(c.ChannelCacheTTL, ChannelCacheTTLDefault)
 	c.ChannelCacheEntries = cmp.Or(c.ChannelCacheEntries, ChannelCacheEntriesDefault)
+	c.AdminSessionIdle = cmp.Or(c.AdminSessionIdle, engine.SessionIdleDefault)
+	c.AdminSessionMax = cmp.Or(c.AdminSessionMax, engine.SessionMaxDefault)
 	return c
 }
 
@@ -270,7 +281,7 @@ func (s *Server) Handler() http.Handler {
 	if s.cfg.Sandbox {
 		s.routeSandbox(r)
 	}
-	if s.cfg.AdminPassword != "" {
+	if s.cfg.AdminPassword != "" || s.cfg.AdminOperators {
 		s.routeAdmin(r)
 	} else {
 		r.PathPrefix("/admin/api/").HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -139,7 +139,7 @@ func runDev(ctx context.Context, env *cli.Env, args []string) error {
 	cfg := server.Config{
 		Role: "all", DatabaseURL: databaseURL, Addr: addr, Keys: keys,
 		Jobs:  jobs.Config{Workers: 20, WhatsAppAPIURL: waURL, SandboxCredential: sandboxCred, Outbound: outbound},
-		Web:   web.Config{AdminPassword: adminPassword, Sandbox: true},
+		Web:   web.Config{AdminPassword: adminPassword, AdminOperators: true, Sandbox: true},
 		Build: buildLabels(),
 		Ready: func(string) {
 			fmt.Fprintf(env.Stdout, `
@@ -147,7 +147,7 @@ ordo dev is running.
 
   API          %[1]s/v1   (Authorization: Bearer %[2]s)
   handler      the demo tenant's handler secret (X-Ordo-Signature's HMAC key): %[6]s
-  admin page   %[1]s/admin   (any user name, password %[3]s)
+  admin page   %[1]s/admin   (log in as admin, password %[3]s; ordo operator add --name N for named logins)
   health       %[1]s/readyz   (metrics: %[1]s/metrics, API contract: %[1]s/v1/openapi.json)
   sandbox      sends go to the built-in WhatsApp stand-in: %[1]s/sandbox/sends
   database     %[4]s

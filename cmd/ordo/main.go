@@ -40,6 +40,7 @@ func commands() []command {
 		{name: "apikey", summary: "apikey create --tenant S | revoke --prefix P [--yes] | list --tenant S", run: runAPIKey, devEnv: true},
 		{name: "credential", summary: "credential set --tenant S --name whatsapp|handler_auth --from-file F|- | delete --tenant S --name N [--yes]", run: runCredential, devEnv: true},
 		{name: "keys", summary: "keys rotate [--yes] | keys generate", run: runKeys, devEnv: true},
+		{name: "operator", summary: "operator add --name N [--role viewer|operator|admin] | list | remove --name N [--yes]: the admin console's logins", run: runOperator, devEnv: true},
 		{name: "dead-letters", summary: "dead-letters list|replay|skip", run: runDeadLetters, devEnv: true},
 		{name: "purge", summary: "purge --tenant S [--before T] [--all] [--yes]: erase a tenant's content", run: runPurge, devEnv: true},
 		{name: "n8n", summary: "n8n templates --tenant S: ordo's n8n workflows with the tenant's URLs filled in", run: runN8N},
@@ -147,7 +148,7 @@ func environment(w io.Writer) {
   DATABASE_URL           the PostgreSQL URL (serve, migrate and the operator commands)
   ORDO_ADDR              listen address (default :8080; ordo dev: 127.0.0.1:8080)
   ORDO_MASTER_KEYS       credential master keys, comma-separated id:base64-32-bytes, newest first
-  ORDO_ADMIN_PASSWORD    the admin page's password (at least 12 characters)
+  ORDO_ADMIN_PASSWORD    the admin console's break-glass account "admin" (at least 12 characters)
   ORDO_TRUSTED_PROXIES   reverse proxies whose X-Forwarded-For/-Host are believed: addresses or CIDRs, comma-separated
   ORDO_OUTBOUND_DENY     addresses or CIDRs, comma-separated, that handler and events URLs may not reach
                          (besides the built-in refusals: link-local, unspecified, multicast, cloud metadata)

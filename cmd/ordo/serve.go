@@ -51,7 +51,7 @@ func runServe(ctx context.Context, env *cli.Env, args []string) error {
 	return server.Run(ctx, env.Logger, server.Config{
 		Role: *role, DatabaseURL: env.DatabaseURL, Addr: cmp.Or(*addr, env.Addr, DefaultAddr), Keys: keys,
 		Jobs:  jc,
-		Web:   web.Config{AdminPassword: env.AdminPassword, TrustedProxies: proxies},
+		Web:   web.Config{AdminPassword: env.AdminPassword, AdminOperators: true, TrustedProxies: proxies},
 		Build: buildLabels(),
 	})
 }

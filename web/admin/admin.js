@@ -1,30 +1,44 @@
-// ordo's admin page: reads /admin/api/overview every few seconds and renders
-// it. Data only ever reaches the page through textContent, never as HTML.
+// ordo's console: a page per view, routed by the URL's fragment (#/messages?q=…)
+// so every view can be pasted into a chat. Data only ever reaches the page
+// through textContent, never as HTML.
 "use strict";
 
 (function () {
-  const REFRESH_MS = 3000;
-  const PAGE = 25; // rows per "load more"
-  // URLs are built on location.origin: a page opened as http://user:pw@host/
-  // has a base URL with credentials, and fetch refuses those.
+  const REFRESH_MS = 5000;
+  const PAGE = 50;
   const api = (path) => location.origin + "/admin/api/" + path;
-  const STATUSES = ["queued", "running", "waiting", "done", "dead", "skipped", "active", "halted", "paused", "open", "replayed"];
-
-  let busy = false; // an action is in flight: hold the refresh
+  const STATUSES = ["queued", "running", "waiting", "done", "dead", "skipped", "active", "halted", "paused", "open", "replayed",
+    "pending", "failed", "unknown", "sent", "delivered", "read", "revoked", "set", "none"];
+  let me = null; // {operator, role}
   let timer = null;
+  let tenantSlugs = [];
 
+  // ---- small DOM helpers ----
   function el(tag, text, cls) {
     const e = document.createElement(tag);
     if (text !== undefined && text !== null) e.textContent = String(text);
     if (cls) e.className = cls;
     return e;
   }
-
-  function pill(status) {
-    const known = STATUSES.includes(status) ? status : "other";
-    return el("span", status, "pill st-" + known);
+  function h(tag, cls, ...kids) {
+    const e = el(tag, undefined, cls);
+    for (const k of kids) if (k !== null && k !== undefined) e.append(k instanceof Node ? k : String(k));
+    return e;
   }
-
+  function pill(status) {
+    return el("span", status, "pill st-" + (STATUSES.includes(status) ? status : "other"));
+  }
+  function link(text, href, cls) {
+    const a = el("a", text, cls);
+    a.href = href;
+    return a;
+  }
+  function button(label, cls, onClick) {
+    const b = el("button", label, cls);
+    b.type = "button";
+    b.addEventListener("click", onClick);
+    return b;
+  }
   function ago(iso) {
     if (!iso) return "";
     const s = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
@@ -33,602 +47,716 @@
     if (s < 86400) return Math.floor(s / 3600) + "h ago";
     return Math.floor(s / 86400) + "d ago";
   }
-
-  function timeCell(iso) {
-    const td = el("td", ago(iso), "time");
-    if (iso) {
-      td.title = iso;
-      td.dataset.at = iso;
-    }
-    return td;
+  function when(iso) {
+    const s = el("span", ago(iso), "time");
+    if (iso) s.title = new Date(iso).toLocaleString();
+    return s;
   }
-
-  // changed remembers each section's last data: a section is rebuilt only
-  // when its data changed, so rows (and the button under the operator's
-  // pointer) stay put between refreshes; relative times are updated in place.
-  const last = {};
-  function changed(section, data) {
-    const json = JSON.stringify(data);
-    if (last[section] === json) return false;
-    last[section] = json;
-    return true;
+  function stamp(iso) { return iso ? new Date(iso).toLocaleString() : ""; }
+  function ms(v) {
+    if (v === null || v === undefined) return "–";
+    return v < 1000 ? Math.round(v) + " ms" : (v / 1000).toFixed(1) + " s";
   }
+  function rate(v) { return v ? v.toFixed(1) : "0"; }
+  const enc = encodeURIComponent;
+  function msgHref(tenant, id) { return "#/message/" + enc(tenant) + "/" + enc(id); }
+  function convHref(tenant, id) { return "#/conversation/" + enc(tenant) + "/" + enc(id); }
 
-  function tickTimes() {
-    for (const td of document.querySelectorAll("td.time[data-at]")) td.textContent = ago(td.dataset.at);
-  }
-
-  // fill replaces a table body's rows; each row is a list of cells (a Node,
-  // or a value shown as text).
-  function fill(section, rows, emptyText) {
-    const tbody = document.querySelector("#" + section + " tbody");
-    const cols = document.querySelectorAll("#" + section + " thead th").length;
-    const out = [];
+  // table builds a table with a header and rows of cells (Node or text).
+  function table(headers, rows, emptyText, cls) {
+    const t = el("table", undefined, cls || "");
+    const tr = el("tr");
+    for (const hd of headers) tr.append(el("th", hd));
+    t.append(h("thead", "", tr));
+    const body = el("tbody");
     for (const r of rows) {
-      const tr = el("tr");
-      if (r.id) tr.dataset.id = r.id;
-      if (r.cls) tr.className = r.cls;
-      for (const c of r.cells) tr.append(c instanceof Node ? c : el("td", c));
-      out.push(tr);
+      const row = el("tr");
+      if (r.id !== undefined) row.dataset.id = r.id;
+      if (r.cls) row.className = r.cls;
+      for (const c of r.cells) row.append(c instanceof HTMLTableCellElement ? c : h("td", "", c));
+      body.append(row);
     }
-    if (out.length === 0) {
+    if (!rows.length) {
       const td = el("td", emptyText, "empty");
-      td.colSpan = cols;
-      const tr = el("tr");
-      tr.append(td);
-      out.push(tr);
+      td.colSpan = headers.length;
+      body.append(h("tr", "", td));
     }
-    tbody.replaceChildren(...out);
+    t.append(body);
+    return t;
   }
-
-  function td(node, cls) {
-    const c = el("td", undefined, cls);
-    c.append(node);
-    return c;
+  function td(node, cls) { const c = el("td", undefined, cls); c.append(node); return c; }
+  function card(title, ...kids) {
+    const s = el("section", undefined, "card");
+    if (title) s.append(title instanceof Node ? title : el("h2", title));
+    for (const k of kids) if (k) s.append(k);
+    return s;
   }
-
-  function actionButton(label, cls, id, action) {
-    const b = el("button", label, cls);
-    b.type = "button";
-    b.dataset.action = action;
-    b.addEventListener("click", () => resolve(id, action, b));
-    return b;
-  }
-
-  function renderDeadLetters(list) {
-    if (!changed("dead-letters", list)) return;
-    const open = list.filter((d) => !d.resolved_at).length;
-    document.getElementById("dead-letters-count").textContent = open ? open + " open" : "none open";
-    fill("dead-letters", list.map((d) => {
-      const state = el("td");
-      const actions = el("td", undefined, "actions");
-      if (d.resolved_at) {
-        state.append(pill(d.resolution), el("span", " · message " + d.message_status, "muted"));
-      } else {
-        state.append(pill("open"));
-        actions.append(actionButton("Replay", "replay", d.id, "replay"), actionButton("Skip", "skip", d.id, "skip"));
-      }
-      const reason = el("td", d.reason, "reason");
-      if (d.last_error && d.last_error !== d.reason) reason.title = d.last_error;
-      return {
-        id: d.id,
-        cls: d.resolved_at ? "resolved" : "open",
-        cells: [d.id, d.tenant, el("td", d.conversation_id, "mono"), el("td", d.message_id, "mono"), d.seq, reason, d.attempts, timeCell(d.created_at), state, actions],
-      };
-    }), "No dead letters.");
-  }
-
-  function renderAttention(list) {
-    if (!changed("attention", list)) return;
-    document.getElementById("attention-count").textContent = list.length ? String(list.length) : "";
-    fill("attention", list.map((c) => ({
-      cls: c.halted_at ? "halted" : "",
-      cells: [c.tenant, el("td", c.conversation_id, "mono"), c.head_seq, c.last_seq, el("td", c.backlog, "num"), td(pill(c.halted_at ? "halted" : "active"))],
-    })), "Every conversation is caught up.");
-  }
-
-  function renderMessages(list) {
-    if (!changed("messages", list)) return;
-    fill("messages", list.map((m) => ({
-      cells: [m.tenant, el("td", m.conversation_id, "mono"), el("td", m.message_id, "mono"), m.seq, m.direction, td(pill(m.status)), m.sends_done, timeCell(m.created_at), el("td", m.last_error, m.status === "dead" ? "reason" : "reason muted")],
-    })), "No messages yet.");
-  }
-
-  function renderSandbox(on, list) {
-    const section = document.getElementById("sandbox");
-    section.hidden = !on;
-    if (!on || !changed("sandbox", list)) return;
-    document.getElementById("sandbox-count").textContent = list.length ? String(list.length) : "";
-    fill("sandbox", list.map((s) => ({
-      cells: [timeCell(s.created_at), s.phone_number_id, el("td", s.to, "mono"), s.type, el("td", s.text, "text"), el("td", s.wamid, "mono muted")],
-    })), "Nothing sent yet.");
-  }
-
-  // sendingCell says whether the tenant's messages go out; a paused one
-  // waits for `ordo tenant resume`.
-  function sendingCell(t) {
-    if (!t.sending_paused_at) return td(pill("active"));
-    const c = td(pill("paused"));
-    c.title = t.sending_paused_reason || "";
-    c.append(el("span", " since " + ago(t.sending_paused_at), "muted"));
-    return c;
-  }
-
-  function renderTenants(list) {
-    if (!changed("tenants", list)) return;
-    fill("tenants", list.map((t) => ({
-      cls: t.sending_paused_at ? "halted" : "",
-      cells: [el("td", t.slug, "mono"), t.name, sendingCell(t), t.handler_url_set ? "set" : "none", t.on_dead_letter, t.ambiguous, t.max_attempts,
-        t.send_rate ? t.send_rate + "/s" : "unpaced", t.pair_gap_ms ? t.pair_gap_ms + " ms" : "off",
-        t.weight, t.max_concurrency ? t.max_concurrency : "none", (t.credentials || []).join(", ") || "none", t.open_dead_letters,
-        td(button("Manage", "manage", () => openTenant(t.slug)))],
-      id: t.slug,
-    })), "No tenants.");
-    // The tenant pickers of the filters follow the list, keeping their choice.
-    for (const sel of document.querySelectorAll("select.tenant-select")) {
-      const keep = sel.value;
-      const opts = [el("option", "any")];
-      opts[0].value = "";
-      for (const t of list) opts.push(el("option", t.slug));
-      sel.replaceChildren(...opts);
-      sel.value = keep;
+  function dl(pairs) {
+    const d = el("dl", undefined, "facts");
+    for (const [k, v] of pairs) {
+      d.append(el("dt", k));
+      d.append(h("dd", "", v === "" || v === null || v === undefined ? "–" : v));
     }
+    return d;
+  }
+  function pre(json) {
+    return el("pre", json === null || json === undefined ? "(not stored)" : JSON.stringify(json, null, 2), "json");
   }
 
-  // showError shows msg, or with an empty msg clears the error of kind
-  // (a refresh that works again does not hide a failed action's message).
-  function showError(msg, kind) {
+  // ---- errors and notices ----
+  function showError(msg) {
     const e = document.getElementById("error");
-    if (!msg && e.dataset.kind !== kind) return;
     e.textContent = msg || "";
-    e.dataset.kind = kind;
     e.hidden = !msg;
   }
-
+  function notice(msg) {
+    const n = document.getElementById("notice");
+    n.textContent = msg || "";
+    n.hidden = !msg;
+  }
   async function errorOf(resp) {
     try {
       const body = await resp.json();
-      if (body && body.error && body.error.message) return resp.status + ": " + body.error.message;
+      if (body && body.error && body.error.message) return resp.status + " " + (resp.status === 403 ? "Forbidden" : "") + ": " + body.error.message;
     } catch (_) { /* not JSON */ }
     return "HTTP " + resp.status;
   }
-
-  async function refresh() {
-    clearTimeout(timer);
-    if (!busy) {
-      try {
-        const resp = await fetch(api("overview"), { cache: "no-store" });
-        if (!resp.ok) throw new Error(await errorOf(resp));
-        const o = await resp.json();
-        renderDeadLetters(o.dead_letters || []);
-        renderAttention(o.attention || []);
-        renderMessages(o.messages || []);
-        renderSandbox(o.sandbox, o.sandbox_sends || []);
-        renderTenants(o.tenants || []);
-        await refreshTiles();
-        if (!auditPaged) await loadAudit(false);
-        tickTimes();
-        document.getElementById("status").textContent = "updated " + new Date().toLocaleTimeString() + " · refreshes every " + REFRESH_MS / 1000 + "s";
-        document.body.dataset.loaded = "true";
-        showError("", "refresh");
-      } catch (err) {
-        showError("Refresh failed: " + err.message, "refresh");
-      }
-    }
-    timer = setTimeout(refresh, REFRESH_MS);
-  }
-
-  async function resolve(id, action, button) {
-    if (action === "skip" && !confirm("Skip dead letter #" + id + "? Its message will not be sent, and its conversation goes on.")) return;
-    busy = true;
-    for (const b of button.parentElement.querySelectorAll("button")) b.disabled = true;
-    try {
-      const resp = await fetch(api("dead-letters/" + encodeURIComponent(id) + "/" + action), {
-        method: "POST",
-        headers: { "X-Ordo-Admin": "1" },
-      });
-      if (!resp.ok) throw new Error(await errorOf(resp));
-      showError("", "action");
-    } catch (err) {
-      showError(action + " #" + id + " failed: " + err.message, "action");
-    } finally {
-      busy = false;
-      refresh();
-    }
-  }
-
-  // ---- the console: reads on demand, writes through post() ----
-
-  function button(label, cls, onClick) {
-    const b = el("button", label, cls);
-    b.type = "button";
-    b.addEventListener("click", onClick);
-    return b;
-  }
+  class HTTPError extends Error { constructor(status, msg) { super(msg); this.status = status; } }
 
   async function getJSON(path) {
-    const resp = await fetch(api(path), { cache: "no-store" });
-    if (!resp.ok) throw new Error(await errorOf(resp));
+    const resp = await fetch(api(path), { cache: "no-store", credentials: "same-origin" });
+    if (resp.status === 401) { loggedOut(); throw new HTTPError(401, "logged out"); }
+    if (!resp.ok) throw new HTTPError(resp.status, await errorOf(resp));
     return resp.json();
   }
-
-  // post sends a write with the anti-CSRF header; a failure is shown and
-  // returns null.
+  // post sends a write with the anti-CSRF header; a failure is shown (a
+  // refusal for the role names it) and returns null.
   async function post(path, body, what) {
-    busy = true;
     try {
-      const resp = await fetch(api(path), {
-        method: "POST",
+      const resp = await fetch(path.startsWith("/") ? location.origin + path : api(path), {
+        method: "POST", credentials: "same-origin",
         headers: { "X-Ordo-Admin": "1", "Content-Type": "application/json" },
         body: JSON.stringify(body || {}),
       });
-      if (!resp.ok) throw new Error(await errorOf(resp));
-      showError("", "action");
+      if (resp.status === 401) { loggedOut(); return null; }
+      if (!resp.ok) throw new HTTPError(resp.status, await errorOf(resp));
+      showError("");
       return await resp.json();
     } catch (err) {
-      showError(what + " failed: " + err.message, "action");
+      showError(what + " refused — " + err.message);
+      document.body.dataset.lastRefusal = String(err.status || "");
       return null;
-    } finally {
-      busy = false;
-      auditPaged = false;
-      refresh();
     }
   }
 
   function query(params) {
     const q = new URLSearchParams();
-    for (const [k, v] of Object.entries(params)) if (v !== "" && v !== undefined && v !== null && v !== 0) q.set(k, v);
+    for (const [k, v] of Object.entries(params)) if (v !== "" && v !== undefined && v !== null) q.set(k, v);
     return q.toString();
   }
-
   function formValues(form) {
     const out = {};
     for (const [k, v] of new FormData(form).entries()) out[k] = typeof v === "string" ? v.trim() : v;
     return out;
   }
-
-  function ms(v) {
-    if (v === null || v === undefined) return "–";
-    return v < 1000 ? Math.round(v) + " ms" : (v / 1000).toFixed(1) + " s";
-  }
-
-  function rate(v) { return v ? v.toFixed(1) : "0"; }
-
-  async function refreshTiles() {
-    try {
-      const t = await getJSON("tiles");
-      const overallChanged = changed("tiles", t.overall);
-      if (!changed("tiles-list", t.tenants) && !overallChanged) return;
-      document.getElementById("tiles-window").textContent = "last " + t.window_s / 60 + " min" + (t.capped ? " (rates are lower bounds)" : "");
-      const o = t.overall;
-      const tiles = [["accepted/min", rate(o.accepted_per_minute)], ["sent/min", rate(o.sent_per_minute)],
-        ["accept→send p50", ms(o.accept_to_send_p50_ms)], ["p99", ms(o.accept_to_send_p99_ms)],
-        ["backlog", o.backlog], ["oldest unfinished", o.oldest_unfinished ? ago(o.oldest_unfinished) : "none"],
-        ["open dead letters", o.open_dead_letters]];
-      document.getElementById("tile-overall").replaceChildren(...tiles.map(([label, value]) => {
-        const d = el("div", undefined, "tile");
-        d.dataset.tile = label;
-        d.append(el("b", value), el("span", label));
-        return d;
-      }));
-      fill("tiles", t.tenants.map((x) => ({
-        id: x.tenant,
-        cells: [el("td", x.tenant, "mono"), rate(x.accepted_per_minute), rate(x.sent_per_minute), ms(x.accept_to_send_p50_ms), ms(x.accept_to_send_p99_ms),
-          x.backlog, x.oldest_unfinished ? timeCell(x.oldest_unfinished) : "none", x.open_dead_letters],
-      })), "No tenants.");
-    } catch (err) {
-      showError("Tiles failed: " + err.message, "refresh");
-    }
-  }
-
-  // Search, with keyset "load more".
-  let searchNext = 0;
-  let searchParams = {};
-  function isoOf(local) { return local ? new Date(local).toISOString().replace(/\.\d{3}Z$/, "Z") : ""; }
-  async function search(more) {
-    if (!more) {
-      const f = formValues(document.getElementById("search-form"));
-      searchParams = { q: f.q, tenant: f.tenant, status: f.status, since: isoOf(f.since), until: isoOf(f.until) };
-      searchNext = 0;
-    }
-    try {
-      const p = await getJSON("messages?" + query({ ...searchParams, before: more ? searchNext : 0, limit: PAGE }));
-      const tbody = document.querySelector("#search tbody");
-      const rows = p.items.map((m) => {
-        const tr = el("tr");
-        tr.dataset.id = m.message_id;
-        const conv = el("a", m.conversation_id, "conv mono");
-        conv.addEventListener("click", () => openTimeline(m.tenant, m.conversation_id));
-        tr.append(el("td", m.tenant), td(conv), el("td", m.message_id, "mono"), el("td", m.seq), el("td", m.direction), td(pill(m.status)),
-          timeCell(m.created_at), el("td", (m.wamids || []).join(" "), "mono muted"), el("td", m.last_error, "reason"));
-        return tr;
-      });
-      if (more) tbody.append(...rows);
-      else if (rows.length) tbody.replaceChildren(...rows);
-      else fill("search", [], "Nothing found.");
-      searchNext = p.next || 0;
-      document.getElementById("search-more").hidden = !searchNext;
-      showError("", "action");
-    } catch (err) {
-      showError("Search failed: " + err.message, "action");
-    }
-  }
-
-  // A conversation's timeline.
-  let timelineOf = null;
-  function stepLine(s) {
-    const li = el("li");
-    li.append(el("strong", s.kind === "handle" ? "handler call" : "send " + s.idx), " ", pill(s.status),
-      el("span", " · " + s.attempts + " attempt" + (s.attempts === 1 ? "" : "s"), "muted"));
-    if (s.started_at) li.append(el("span", " · started " + s.started_at, "muted"));
-    if (s.finished_at) li.append(el("span", " · finished " + s.finished_at, "muted"));
-    if (s.provider_message_id) li.append(el("span", " · " + s.provider_message_id, "mono muted"));
-    if (s.sandbox) li.append(" ", pill("sandbox"), el("span", " (ordo dev's stand-in: nothing reached WhatsApp)", "muted"));
-    if (s.provider_status) li.append(" ", pill(s.provider_status), el("span", s.provider_status_at ? " at " + s.provider_status_at : "", "muted"));
-    if (s.ambiguous_count) li.append(el("span", " · " + s.ambiguous_count + " ambiguous", "muted"));
-    if (s.status === "waiting" && s.replies_due_at) li.append(el("span", " · replies due by " + s.replies_due_at, "muted"));
-    for (const a of s.errors || []) {
-      li.append(el("div", "attempt " + (a.attempt ?? "?") + " · " + (a.at || "") + " · " + (a.error || ""), "attempt"));
-    }
-    return li;
-  }
-  function messageItem(m) {
-    const li = el("li", undefined, "msg");
-    li.dataset.seq = m.seq;
-    li.dataset.id = m.message_id;
-    li.append(el("strong", "#" + m.seq + " "), el("span", m.message_id, "mono"), " ", el("span", m.direction, "muted"), " ", pill(m.status),
-      el("span", " · accepted " + m.created_at + (m.finished_at ? " · finished " + m.finished_at : "") + (m.pruned ? " · content pruned" : ""), "muted"));
-    const steps = el("ul", undefined, "steps");
-    for (const s of m.steps) steps.append(stepLine(s));
-    li.append(steps);
-    for (const d of m.dead_letters) {
-      li.append(el("div", "dead letter #" + d.id + " · " + d.created_at + " · " + d.reason + (d.resolved_at ? " · " + d.resolution + " " + d.resolved_at : " · open"), "dl"));
-    }
-    return li;
-  }
-  // openTimeline opens around the head (where a stuck conversation is
-  // stuck); from = "start" opens at seq 1, more appends the next page.
-  async function openTimeline(tenant, conv, more, from) {
-    try {
-      let path = "timeline?" + query({ tenant: tenant, conversation_id: conv });
-      if (more) path += "&after_seq=" + timelineOf.next;
-      else if (from === "start") path += "&after_seq=0";
-      const tl = await getJSON(path);
-      timelineOf = { tenant: tenant, conv: conv, next: tl.next || 0 };
-      const sec = document.getElementById("timeline");
-      sec.hidden = false;
-      document.getElementById("timeline-title").textContent = tenant + " / " + conv;
-      const drain = tl.drain ? "drain due " + tl.drain.due_at + (tl.drain.running ? ", running" : ", waiting") + (tl.drain.woken ? ", woken" : "") : "no drain (nothing to run)";
-      document.getElementById("timeline-head").textContent = "head seq " + tl.head_seq + " · last seq " + tl.last_seq + " · fence " + tl.fence +
-        (tl.halted_at ? " · HALTED since " + tl.halted_at : " · active") + (tl.paused_wait ? " · waiting for the tenant's sending to resume" : "") + " · " + drain +
-        (tl.after_seq ? " · showing after seq " + tl.after_seq : "");
-      const list = document.getElementById("timeline-messages");
-      const items = tl.messages.map(messageItem);
-      if (more) list.append(...items);
-      else list.replaceChildren(...items);
-      document.getElementById("timeline-more").hidden = !timelineOf.next;
-      if (!more) document.getElementById("timeline-start").hidden = tl.after_seq === 0;
-      if (!more) sec.scrollIntoView();
-      showError("", "action");
-    } catch (err) {
-      showError("Timeline failed: " + err.message, "action");
-    }
-  }
-
-  // Dead letters by filter: a count preview, keyset pages, bulk actions.
-  let dlFilter = null;
-  let dlNext = 0;
-  async function dlLoad(more) {
-    if (!more) {
-      const f = formValues(document.getElementById("dl-form"));
-      dlFilter = { tenant: f.tenant, reason: f.reason, min_age: f.min_age, state: f.state };
-      dlNext = 0;
-    }
-    try {
-      const p = await getJSON("dead-letters?" + query({ ...dlFilter, after: more ? dlNext : 0, limit: PAGE }));
-      const tbody = document.querySelector("#dl-console tbody");
-      const rows = p.items.map((d) => {
-        const tr = el("tr", undefined, d.resolved_at ? "resolved" : "open");
-        tr.dataset.id = d.id;
-        const conv = el("a", d.conversation_id, "conv mono");
-        conv.addEventListener("click", () => openTimeline(d.tenant, d.conversation_id));
-        const state = td(pill(d.resolved_at ? d.resolution : "open"));
-        tr.append(el("td", d.id), el("td", d.tenant), td(conv), el("td", d.message_id, "mono"), el("td", d.seq), el("td", d.reason, "reason"),
-          el("td", d.attempts), timeCell(d.created_at), state);
-        return tr;
-      });
-      if (more) tbody.append(...rows);
-      else if (rows.length) tbody.replaceChildren(...rows);
-      else fill("dl-console", [], "No dead letters match.");
-      dlNext = p.next || 0;
-      document.getElementById("dl-more").hidden = !dlNext;
-      if (!more) {
-        const open = dlFilter.state === "open";
-        document.getElementById("dl-preview").textContent = (p.capped ? p.total + "+" : p.total) + " match" + (open ? "" : " (bulk actions take open ones only)");
-        document.getElementById("dl-preview").dataset.total = p.total;
-        document.getElementById("dl-replay-all").disabled = !open || !p.total;
-        document.getElementById("dl-skip-all").disabled = !open || !p.total;
+  function filterForm(id, fields, values, onSubmit, extra) {
+    const f = el("form", undefined, "filters");
+    f.id = id;
+    f.autocomplete = "off";
+    for (const fd of fields) {
+      const lab = h("label", "", fd.label + " ");
+      let input;
+      if (fd.options) {
+        input = el("select");
+        for (const o of fd.options) {
+          const opt = el("option", o === "" ? "any" : o);
+          opt.value = o;
+          input.append(opt);
+        }
+      } else {
+        input = el("input");
+        input.type = fd.type || "text";
+        if (fd.placeholder) input.placeholder = fd.placeholder;
+        if (fd.size) input.size = fd.size;
       }
-      showError("", "action");
+      input.name = fd.name;
+      input.value = values[fd.name] || "";
+      lab.append(input);
+      f.append(lab);
+    }
+    const go = el("button", "Apply", "primary");
+    go.type = "submit";
+    f.append(go);
+    if (extra) for (const x of extra) f.append(x);
+    f.addEventListener("submit", (ev) => { ev.preventDefault(); onSubmit(formValues(f)); });
+    return f;
+  }
+  function tenantOptions() { return [""].concat(tenantSlugs); }
+
+  // ---- routing ----
+  function parseHash() {
+    const raw = location.hash.replace(/^#\/?/, "");
+    const [path, qs] = raw.split("?");
+    const parts = path.split("/").map((p) => { try { return decodeURIComponent(p); } catch (_) { return p; } });
+    return { view: parts[0] || "overview", args: parts.slice(1), params: Object.fromEntries(new URLSearchParams(qs || "")) };
+  }
+  function go(hash) { if (location.hash === hash) route(); else location.hash = hash; }
+
+  const views = {
+    overview: viewOverview,
+    messages: viewMessages,
+    message: viewMessage,
+    conversation: viewConversation,
+    "dead-letters": viewDeadLetters,
+    tenants: viewTenants,
+    tenant: viewTenant,
+    audit: viewAudit,
+  };
+
+  async function route() {
+    clearTimeout(timer);
+    if (!me) return;
+    const r = parseHash();
+    const view = views[r.view] ? r.view : "overview";
+    document.body.dataset.view = view;
+    document.body.dataset.loaded = "false";
+    for (const a of document.querySelectorAll("#nav a")) {
+      const v = a.dataset.view;
+      a.classList.toggle("on", v === view || (v === "messages" && (view === "message" || view === "conversation")) || (v === "tenants" && view === "tenant"));
+    }
+    const main = document.getElementById("view");
+    try {
+      const node = await views[view](r);
+      if (parseHash().view !== r.view) return; // the operator moved on
+      main.replaceChildren(node);
+      document.body.dataset.loaded = "true";
+      showErrorIfRouted("");
     } catch (err) {
-      showError("Dead letters failed: " + err.message, "action");
+      if (err.status === 401) return;
+      main.replaceChildren(card("Could not load this page", el("p", err.message, "error")));
+      document.body.dataset.loaded = "true";
     }
   }
-  async function dlBulk(action) {
-    if (!dlFilter) return;
-    const n = document.getElementById("dl-preview").dataset.total;
+  function showErrorIfRouted(msg) { if (!msg) return; showError(msg); }
+
+  // ---- overview ----
+  async function viewOverview() {
+    const o = await getJSON("overview");
+    const wrap = el("div", undefined, "stack");
+    wrap.id = "overview";
+    const t = o.tiles;
+    const x = t.overall;
+    const tiles = el("div", undefined, "tiles");
+    tiles.id = "tile-overall";
+    for (const [label, value, warn] of [["accepted / min", rate(x.accepted_per_minute)], ["sent / min", rate(x.sent_per_minute)],
+      ["accept → send p50", ms(x.accept_to_send_p50_ms)], ["p99", ms(x.accept_to_send_p99_ms)],
+      ["backlog", x.backlog, x.backlog > 0], ["oldest unfinished", x.oldest_unfinished ? ago(x.oldest_unfinished) : "none", !!x.oldest_unfinished],
+      ["open dead letters", x.open_dead_letters, x.open_dead_letters > 0]]) {
+      const d = el("div", undefined, "tile" + (warn ? " warn" : ""));
+      d.dataset.tile = label;
+      d.append(el("b", value), el("span", label));
+      tiles.append(d);
+    }
+    wrap.append(card(h("h2", "", "Live ", el("span", "last " + t.window_s / 60 + " min · refreshes every " + REFRESH_MS / 1000 + " s", "count")), tiles,
+      table(["tenant", "sending", "accepted/min", "sent/min", "p50", "p99", "backlog", "oldest unfinished", "open dead letters"],
+        t.tenants.map((y) => ({ id: y.tenant, cells: [link(y.tenant, "#/tenant/" + enc(y.tenant), "mono"), pill(y.sending_paused ? "paused" : "active"),
+          rate(y.accepted_per_minute), rate(y.sent_per_minute), ms(y.accept_to_send_p50_ms), ms(y.accept_to_send_p99_ms), y.backlog,
+          y.oldest_unfinished ? when(y.oldest_unfinished) : "none", y.open_dead_letters ? link(String(y.open_dead_letters), "#/dead-letters?" + query({ tenant: y.tenant })) : "0"] })),
+        "No tenants yet.", "tiles-table")));
+    const cols = el("div", undefined, "cols");
+    cols.append(card(h("h2", "", "Needs attention ", el("span", o.attention.length ? String(o.attention.length) : "", "count")),
+      table(["conversation", "tenant", "backlog", "state"], o.attention.map((c) => ({
+        cls: c.halted_at ? "halted" : "",
+        cells: [link(c.conversation_id, convHref(c.tenant, c.conversation_id), "mono"), c.tenant, c.backlog, pill(c.halted_at ? "halted" : "active")],
+      })), "Every conversation is caught up.")));
+    cols.append(card(h("h2", "", "Newest open dead letters ", link("all →", "#/dead-letters", "count")),
+      table(["message", "tenant", "reason", "since"], o.dead_letters.map((d) => ({
+        cells: [link(d.message_id, msgHref(d.tenant, d.message_id), "mono"), d.tenant, td(el("span", d.reason), "reason"), when(d.created_at)],
+      })), "No open dead letters.")));
+    wrap.append(cols);
+    if (o.sandbox) {
+      wrap.append(card("Sandbox sends", el("p", "What the built-in sandbox channel was asked to send: these would have reached WhatsApp.", "hint"),
+        table(["sent", "from", "to", "type", "text"], o.sandbox_sends.slice(0, 15).map((s) => ({
+          cells: [when(s.created_at), s.phone_number_id, td(el("span", s.to), "mono"), s.type, td(el("span", s.text), "text")],
+        })), "Nothing sent yet.")));
+    }
+    timer = setTimeout(() => { if (parseHash().view === "overview") route(); }, REFRESH_MS);
+    return wrap;
+  }
+
+  // ---- messages ----
+  async function viewMessages(r) {
+    const p = r.params;
+    const page = await getJSON("messages?" + query({ q: p.q, tenant: p.tenant, status: p.status, direction: p.direction,
+      since: p.since, until: p.until, cursor: p.cursor, limit: PAGE }));
+    const form = filterForm("search-form", [
+      { name: "q", label: "id", placeholder: "message id prefix, wamid or conversation id", size: 36 },
+      { name: "tenant", label: "tenant", options: tenantOptions() },
+      { name: "status", label: "status", options: ["", "queued", "running", "done", "dead", "skipped"] },
+      { name: "direction", label: "direction", options: ["", "inbound", "outbound"] },
+      { name: "since", label: "since", placeholder: "2026-11-27T10:00:00Z", size: 20 },
+      { name: "until", label: "until", placeholder: "RFC 3339", size: 20 },
+    ], p, (v) => go("#/messages?" + query(v)));
+    const rows = page.items.map((m) => ({
+      id: m.message_id,
+      cls: m.status === "dead" ? "bad" : "",
+      cells: [link(m.message_id, msgHref(m.tenant, m.message_id), "mono msg-link"), m.tenant,
+        link(m.conversation_id, convHref(m.tenant, m.conversation_id), "mono"), m.seq, m.direction, pill(m.status), when(m.created_at),
+        td(el("span", m.last_error), "reason")],
+    }));
+    const more = el("p", undefined, "pager");
+    if (p.cursor) more.append(link("← first page", "#/messages?" + query({ ...p, cursor: "" })), " ");
+    if (page.next) more.append(link("next page →", "#/messages?" + query({ ...p, cursor: page.next }), "next"));
+    const title = p.q ? "Messages matching " + JSON.stringify(p.q) : "Messages, newest first";
+    return card(title, form, table(["message", "tenant", "conversation", "seq", "direction", "status", "accepted", "last error"], rows,
+      p.q ? "No message id starts with that, and no conversation or wamid is that." : "No messages.", "messages-table"), more);
+  }
+
+  // ---- one message ----
+  function stepBlock(s) {
+    const box = el("div", undefined, "step st-box-" + s.status);
+    box.dataset.kind = s.kind;
+    const name = s.kind === "handle" ? "Handler call" : "Send " + s.idx;
+    box.append(h("div", "step-head", el("strong", name), " ", pill(s.status),
+      el("span", " · " + s.attempts + " attempt" + (s.attempts === 1 ? "" : "s"), "muted"),
+      s.finished_at ? el("span", " · finished " + stamp(s.finished_at), "muted") : null,
+      s.provider_message_id ? el("span", " · " + s.provider_message_id, "mono muted") : null,
+      s.sandbox ? h("span", "", " ", pill("sandbox"), el("span", " ordo dev's stand-in: nothing reached WhatsApp", "muted")) : null,
+      s.provider_status ? h("span", "", " · provider ", pill(s.provider_status), el("span", s.provider_status_at ? " " + stamp(s.provider_status_at) : "", "muted")) : null));
+    const errs = s.errors || [];
+    if (errs.length) {
+      const past = s.status === "done";
+      box.append(el("div", past ? "Earlier failures, before it succeeded:" : "Failed attempts:", "muted small-label"));
+      const list = el("ul", undefined, "attempts" + (past ? " past" : ""));
+      for (const a of errs) list.append(el("li", "#" + (a.attempt ?? "?") + " · " + stamp(a.at) + " · " + (a.error || "")));
+      box.append(list);
+    }
+    if (s.kind === "send" && s.request) {
+      const det = el("details");
+      det.append(el("summary", "what it sends"), pre(s.request));
+      box.append(det);
+    }
+    return box;
+  }
+  async function viewMessage(r) {
+    const [tenant, id] = r.args;
+    const m = await getJSON("tenants/" + enc(tenant) + "/messages/" + enc(id));
+    const wrap = el("div", undefined, "stack");
+    wrap.id = "message";
+    wrap.dataset.status = m.status;
+    const share = button("Copy link", "", () => {
+      navigator.clipboard?.writeText(location.href).then(() => notice("Link copied: " + location.href), () => notice(location.href));
+    });
+    const head = h("div", "page-head", el("h1", m.message_id, "mono"), pill(m.status), share);
+    wrap.append(head);
+    wrap.append(card(null, dl([
+      ["tenant", link(m.tenant, "#/tenant/" + enc(m.tenant))],
+      ["conversation", link(m.conversation_id, convHref(m.tenant, m.conversation_id), "mono")],
+      ["seq", m.seq + " (head " + m.conversation.head_seq + " · last " + m.conversation.last_seq + (m.conversation.halted_at ? " · conversation HALTED" : "") + ")"],
+      ["direction", m.direction],
+      ["accepted", stamp(m.created_at)],
+      ["finished", stamp(m.finished_at)],
+      ["before / after", h("span", "", m.neighbours.previous ? link("← " + m.neighbours.previous, msgHref(m.tenant, m.neighbours.previous), "mono") : "(first of its conversation)",
+        "   ", m.neighbours.next ? link(m.neighbours.next + " →", msgHref(m.tenant, m.neighbours.next), "mono") : "(last so far)")],
+    ])));
+    // Dead letters first: they are why an operator is here.
+    for (const d of m.dead_letters) {
+      const open = !d.resolved_at;
+      const c = card(h("h2", "", "Dead letter #" + d.id + " ", pill(open ? "open" : d.resolution)));
+      c.classList.add(open ? "dead-open" : "dead-resolved");
+      c.dataset.deadLetter = d.id;
+      c.append(el("p", d.reason, open ? "reason" : "reason resolved"));
+      c.append(el("p", "since " + stamp(d.created_at) + (open ? "" : " · " + d.resolution + " " + stamp(d.resolved_at)), "muted"));
+      if (open) {
+        const acts = el("p", undefined, "actions");
+        acts.append(button("Replay", "replay", () => resolve(d.id, "replay")), " ",
+          button("Skip", "skip", () => resolve(d.id, "skip")),
+          el("span", "  Replay runs it again, in order; Skip gives it up and lets the conversation go on.", "muted"));
+        c.append(acts);
+      }
+      const errs = d.errors || [];
+      if (errs.length) {
+        const det = el("details");
+        det.append(el("summary", errs.length + " error" + (errs.length === 1 ? "" : "s") + " that led here"));
+        const ol = el("ol", undefined, "attempts");
+        for (const a of errs) ol.append(el("li", stamp(a.at) + " · " + (a.error || JSON.stringify(a))));
+        det.append(ol);
+        c.append(det);
+      }
+      wrap.append(c);
+    }
+    const cols = el("div", undefined, "cols");
+    const steps = card("Steps", ...(m.steps.length ? m.steps.map(stepBlock) : [el("p", "No step ran yet.", "muted")]));
+    steps.id = "steps";
+    cols.append(steps);
+    const content = card("Content");
+    content.append(el("h3", "as accepted"), pre(m.payload));
+    if (m.handler_request) content.append(el("h3", "the handler's request"), pre(m.handler_request));
+    const replies = m.steps.filter((s) => s.kind === "send" && s.request).map((s) => s.request);
+    if (m.direction === "inbound") content.append(el("h3", "the handler's answer (its replies)"), replies.length ? pre(replies) : el("p", "no replies recorded", "muted"));
+    cols.append(content);
+    wrap.append(cols);
+    return wrap;
+  }
+  async function resolve(id, action) {
+    if (action === "skip" && !confirm("Skip dead letter #" + id + "? Its message will not be sent, and its conversation goes on.")) return;
+    const r = await post("dead-letters/" + enc(id) + "/" + action, null, action === "replay" ? "Replay" : "Skip");
+    if (r) { notice("Dead letter #" + id + " " + r.resolution + "."); route(); }
+  }
+
+  // ---- conversation ----
+  async function viewConversation(r) {
+    const [tenant, conv] = r.args;
+    const after = r.params.after_seq;
+    const tl = await getJSON("timeline?" + query({ tenant: tenant, conversation_id: conv, after_seq: after }));
+    const wrap = el("div", undefined, "stack");
+    wrap.id = "conversation";
+    wrap.append(h("div", "page-head", el("h1", conv, "mono"), pill(tl.halted_at ? "halted" : "active"), el("span", tenant, "muted")));
+    const drain = tl.drain ? "due " + stamp(tl.drain.due_at) + (tl.drain.running ? " · running" : " · waiting") : "nothing to run";
+    wrap.append(card(null, dl([["tenant", link(tenant, "#/tenant/" + enc(tenant))], ["head seq", tl.head_seq], ["last seq", tl.last_seq],
+      ["halted", tl.halted_at ? stamp(tl.halted_at) : "no"], ["drain", drain], ["fence", tl.fence],
+      ["waiting for resume", tl.paused_wait ? "yes (the tenant's sending is paused)" : "no"]])));
+    const rows = tl.messages.map((m) => {
+      const open = m.dead_letters.filter((d) => !d.resolved_at).length;
+      const lastErr = m.steps.flatMap((s) => s.errors || []).slice(-1)[0];
+      return {
+        id: m.message_id,
+        cls: m.seq === tl.head_seq + 1 && tl.halted_at ? "halted" : "",
+        cells: [m.seq, link(m.message_id, msgHref(tenant, m.message_id), "mono"), m.direction, pill(m.status),
+          m.steps.map((s) => (s.kind === "handle" ? "handler " : "send ") + s.status).join(", ") || "–",
+          open ? pill("open") : (m.dead_letters.length ? pill(m.dead_letters.slice(-1)[0].resolution) : ""),
+          td(el("span", m.status === "done" || !lastErr ? "" : lastErr.error), "reason"), when(m.created_at)],
+      };
+    });
+    const pager = el("p", undefined, "pager");
+    if (tl.after_seq > 0) pager.append(link("from seq 1", convHref(tenant, conv) + "?after_seq=0"), " ");
+    if (tl.next) pager.append(link("next page →", convHref(tenant, conv) + "?after_seq=" + tl.next, "next"));
+    wrap.append(card(h("h2", "", "Messages ", el("span", tl.after_seq ? "after seq " + tl.after_seq : "from the start", "count")),
+      table(["seq", "message", "direction", "status", "steps", "dead letter", "error", "accepted"], rows, "No messages."), pager));
+    return wrap;
+  }
+
+  // ---- dead letters ----
+  let lastBulk = null; // {code: "replay:6", text}: stays on the page until the next bulk
+  async function viewDeadLetters(r) {
+    const p = r.params;
+    const state = p.state || "open";
+    const page = await getJSON("dead-letters?" + query({ tenant: p.tenant, reason: p.reason, min_age: p.min_age, state: state, after: p.after, limit: PAGE }));
+    const replayAll = button("Replay all", "replay", () => bulk("replay", p, page.total));
+    const skipAll = button("Skip all", "skip", () => bulk("skip", p, page.total));
+    replayAll.id = "dl-replay-all";
+    skipAll.id = "dl-skip-all";
+    replayAll.disabled = skipAll.disabled = state !== "open" || !page.total;
+    const form = filterForm("dl-form", [
+      { name: "tenant", label: "tenant", options: tenantOptions() },
+      { name: "reason", label: "reason", placeholder: "text in the reason or error" },
+      { name: "min_age", label: "older than", placeholder: "30m, 2h, 3d", size: 10 },
+      { name: "state", label: "state", options: ["open", "resolved", "all"] },
+    ], { ...p, state: state }, (v) => go("#/dead-letters?" + query(v)), [replayAll, skipAll]);
+    const count = el("span", (page.capped ? page.total + "+" : page.total) + " match" + (state === "open" ? "" : " (bulk actions take open ones only)"), "count");
+    count.id = "dl-preview";
+    count.dataset.total = page.total;
+    const result = el("p", lastBulk ? lastBulk.text : "", "bulk-result");
+    result.id = "dl-result";
+    result.hidden = !lastBulk;
+    const rows = page.items.map((d) => ({
+      id: d.id,
+      cls: d.resolved_at ? "resolved" : "open",
+      cells: [d.id, link(d.message_id, msgHref(d.tenant, d.message_id), "mono"), d.tenant, link(d.conversation_id, convHref(d.tenant, d.conversation_id), "mono"),
+        td(el("span", d.reason), d.resolved_at ? "reason resolved" : "reason"), d.attempts, when(d.created_at),
+        h("span", "", pill(d.resolved_at ? d.resolution : "open"), d.resolved_at ? el("span", " " + ago(d.resolved_at), "muted") : null)],
+    }));
+    const pager = el("p", undefined, "pager");
+    if (p.after) pager.append(link("← first page", "#/dead-letters?" + query({ ...p, after: "" })), " ");
+    if (page.next) pager.append(link("next page →", "#/dead-letters?" + query({ ...p, after: page.next }), "next"));
+    const c = card(h("h2", "", "Dead letters ", count), el("p", "Replay all and Skip all take every open dead letter the filter matches, conversation by conversation, each one's in seq order, through the same path as one Replay.", "hint"),
+      form, result, table(["#", "message", "tenant", "conversation", "reason", "attempts", "since", "state"], rows, "No dead letters match.", "dl-table"), pager);
+    c.id = "dl-console";
+    if (lastBulk) c.dataset.lastBulk = lastBulk.code;
+    return c;
+  }
+  async function bulk(action, p, n) {
     const what = action === "replay" ? "Replay" : "Skip";
     if (!confirm(what + " all " + n + " open dead letters matching this filter?" + (action === "skip" ? " Their messages will not be sent." : ""))) return;
-    const body = { action: action, tenant: dlFilter.tenant, reason: dlFilter.reason, min_age: dlFilter.min_age };
-    let total = 0;
+    const body = { action: action, tenant: p.tenant || "", reason: p.reason || "", min_age: p.min_age || "" };
+    let total = 0, conflicts = 0;
     for (;;) {
       const r = await post("dead-letters/bulk", body, what + " all");
       if (!r) break;
       total += r.resolved;
-      document.getElementById("dl-preview").textContent = total + " " + (action === "replay" ? "replayed" : "skipped") + (r.more ? ", going on…" : "");
+      conflicts += r.conflicts;
       if (!r.more) break;
     }
-    document.getElementById("dl-console").dataset.lastBulk = action + ":" + total;
-    await dlLoad(false);
+    lastBulk = { code: action + ":" + total, text: (action === "replay" ? "Replay all: " : "Skip all: ") + total + " " + (action === "replay" ? "replayed" : "skipped") +
+      (conflicts ? ", " + conflicts + " already resolved by someone else" : "") + " at " + new Date().toLocaleTimeString() +
+      (p.tenant || p.reason || p.min_age ? " (filter: " + query({ tenant: p.tenant, reason: p.reason, min_age: p.min_age }).replaceAll("&", ", ") + ")" : "") + "." };
+    route();
   }
 
-  // Tenants: onboarding and the detail panel.
-  async function createTenant(ev) {
-    ev.preventDefault();
-    const form = ev.target;
-    const f = formValues(form);
-    const r = await post("tenants", { slug: f.slug, name: f.name, handler_url: f.handler_url }, "Create tenant");
-    if (!r) return;
-    form.reset();
-    showOnce(r.tenant.slug, r.api_key, r.handler_secret);
-    openTenant(r.tenant.slug);
-  }
-  function showOnce(slug, key, secret) {
-    document.getElementById("once-tenant").textContent = slug;
-    document.getElementById("once-key").textContent = key;
-    document.getElementById("once-secret").textContent = secret || "";
-    document.getElementById("once-secret").hidden = !secret;
-    document.getElementById("once-secret-label").hidden = !secret;
-    document.getElementById("secret-once").hidden = false;
-    document.getElementById("secret-once").scrollIntoView();
-  }
-  function hideOnce() {
-    for (const id of ["once-tenant", "once-key", "once-secret"]) document.getElementById(id).textContent = "";
-    document.getElementById("secret-once").hidden = true;
-  }
-
-  let detailSlug = null;
-  async function openTenant(slug) {
-    try {
-      const t = await getJSON("tenants/" + encodeURIComponent(slug));
-      detailSlug = slug;
-      const sec = document.getElementById("tenant-detail");
-      sec.hidden = false;
-      sec.dataset.slug = slug;
-      document.getElementById("detail-slug").textContent = slug;
-      document.getElementById("detail-sending").replaceChildren(pill(t.sending_paused ? "paused" : "active"),
-        el("span", t.sending_paused ? " " + t.sending_paused_reason : "", "muted"));
-      const form = document.getElementById("settings-form");
-      for (const k of ["name", "on_dead_letter", "ambiguous", "max_attempts", "send_rate", "pair_gap_ms", "weight", "max_concurrency", "retention", "handler_mode", "handler_timeout_ms", "reply_deadline_ms"]) {
-        form.elements[k].value = t[k];
+  // ---- tenants ----
+  async function viewTenants() {
+    const list = (await getJSON("tenants")).items;
+    tenantSlugs = list.map((t) => t.slug);
+    const wrap = el("div", undefined, "stack");
+    wrap.id = "tenants";
+    wrap.append(card("Tenants", table(["tenant", "name", "sending", "handler", "on dead letter", "credentials", "open dead letters", "created"],
+      list.map((t) => ({ id: t.slug, cls: t.sending_paused_at ? "halted" : "", cells: [link(t.slug, "#/tenant/" + enc(t.slug), "mono"), t.name,
+        pill(t.sending_paused_at ? "paused" : "active"), t.handler_url_set ? "set" : "none", t.on_dead_letter, (t.credentials || []).join(", ") || "none",
+        t.open_dead_letters, when(t.created_at)] })), "No tenants yet.")));
+    if (me.role === "admin") {
+      const f = el("form", undefined, "filters");
+      f.id = "tenant-form";
+      f.autocomplete = "off";
+      for (const [name, label, ph] of [["slug", "slug", "acme"], ["name", "name", "Acme Ltd"], ["handler_url", "handler URL", "https://n8n.example.com/webhook/…"]]) {
+        const i = el("input");
+        i.name = name;
+        i.placeholder = ph;
+        f.append(h("label", "", label + " ", i));
       }
-      form.elements.handler_url.value = "";
-      form.elements.handler_url.placeholder = t.handler_url_set ? "set (not shown) — type to replace" : "none";
-      form.elements.handler_url_remove.checked = false;
-      form.elements.events_url.value = "";
-      form.elements.events_url.placeholder = t.events_url_set ? "set (not shown) — type to replace" : "none";
-      document.getElementById("cred-state").textContent = t.whatsapp;
-      const missing = Object.entries(t.whatsapp_fields || {}).filter(([, v]) => !v).map(([k]) => k);
-      document.getElementById("cred-fields").textContent = missing.length ? "missing: " + missing.join(", ") : "";
-      document.getElementById("webhook-url").textContent = t.webhook_url;
-      document.getElementById("verify-state").textContent = t.verify_token_set ? "set" : "not set";
-      document.getElementById("pause").hidden = t.sending_paused;
-      document.getElementById("resume").hidden = !t.sending_paused;
-      const rows = t.api_keys.map((k) => {
-        const tr = el("tr");
-        tr.dataset.id = k.prefix;
-        const act = el("td");
-        if (!k.revoked_at) act.append(button("Revoke", "skip revoke", () => revokeKey(k.prefix)));
-        tr.append(el("td", k.prefix, "mono"), timeCell(k.created_at), td(pill(k.revoked_at ? "revoked" : "active")), act);
-        return tr;
+      const b = el("button", "Create tenant", "primary");
+      b.type = "submit";
+      f.append(b);
+      f.addEventListener("submit", async (ev) => {
+        ev.preventDefault();
+        const v = formValues(f);
+        const r = await post("tenants", v, "Create tenant");
+        if (!r) return;
+        shownOnce = { slug: r.tenant.slug, key: r.api_key, secret: r.handler_secret };
+        go("#/tenant/" + enc(r.tenant.slug));
       });
-      document.querySelector("#keys tbody").replaceChildren(...rows);
-      tickTimes();
-    } catch (err) {
-      showError("Tenant " + slug + ": " + err.message, "action");
+      wrap.append(card("Onboard a tenant", f));
     }
+    return wrap;
   }
-  async function saveSettings(ev) {
-    ev.preventDefault();
-    const f = formValues(ev.target);
-    const body = {};
-    for (const k of ["name", "on_dead_letter", "ambiguous", "retention", "handler_mode"]) body[k] = f[k];
-    for (const k of ["max_attempts", "send_rate", "pair_gap_ms", "weight", "max_concurrency", "handler_timeout_ms", "reply_deadline_ms"]) {
-      if (f[k] !== "") body[k] = Number(f[k]);
+  let shownOnce = null;
+  function onceBox() {
+    if (!shownOnce) return null;
+    const box = el("div", undefined, "once");
+    box.id = "secret-once";
+    box.append(h("p", "", el("strong", "Shown once. "), "Copy these now: ordo keeps only their hash or ciphertext and cannot show them again."));
+    const pairs = [["tenant", el("span", shownOnce.slug, "mono")], ["API key", el("span", shownOnce.key, "mono once-key")]];
+    if (shownOnce.secret) pairs.push(["handler secret", el("span", shownOnce.secret, "mono once-secret")]);
+    box.append(dl(pairs), button("I have copied them", "", () => { shownOnce = null; box.remove(); }));
+    return box;
+  }
+  function smallForm(id, fields, submitLabel, onSubmit) {
+    const f = el("form", undefined, "grid");
+    f.id = id;
+    f.autocomplete = "off";
+    for (const fd of fields) {
+      let input;
+      if (fd.options) {
+        input = el("select");
+        for (const o of fd.options) input.append(el("option", o));
+      } else {
+        input = el("input");
+        input.type = fd.type || "text";
+        if (fd.type === "password") input.autocomplete = "new-password";
+        if (fd.placeholder) input.placeholder = fd.placeholder;
+      }
+      input.name = fd.name;
+      if (fd.value !== undefined) input.value = fd.value;
+      f.append(h("label", fd.type === "checkbox" ? "check" : "", fd.label + " ", input));
     }
-    if (f.handler_url_remove) body.handler_url = "";
-    else if (f.handler_url) body.handler_url = f.handler_url;
-    if (f.events_url) body.events_url = f.events_url;
-    if (await post("tenants/" + encodeURIComponent(detailSlug) + "/settings", body, "Save settings")) openTenant(detailSlug);
+    const b = el("button", submitLabel, "primary");
+    b.type = "submit";
+    f.append(b);
+    f.addEventListener("submit", (ev) => { ev.preventDefault(); onSubmit(formValues(f), f); });
+    return f;
   }
-  async function setCredential(ev) {
-    ev.preventDefault();
-    const form = ev.target;
-    const r = await post("tenants/" + encodeURIComponent(detailSlug) + "/credentials/whatsapp", formValues(form), "Set credential");
-    // Write-only: the values leave the page whether or not they were stored.
-    form.reset();
-    if (r) openTenant(detailSlug);
-  }
-  async function newKey() {
-    const r = await post("tenants/" + encodeURIComponent(detailSlug) + "/api-keys", {}, "New API key");
-    if (!r) return;
-    showOnce(detailSlug, r.api_key, "");
-    openTenant(detailSlug);
-  }
-  async function revokeKey(prefix) {
-    if (!confirm("Revoke API key " + prefix + "? Calls with it fail at once.")) return;
-    if (await post("tenants/" + encodeURIComponent(detailSlug) + "/api-keys/" + encodeURIComponent(prefix) + "/revoke", {}, "Revoke key")) openTenant(detailSlug);
-  }
-  async function pauseResume(action) {
-    let body = {};
-    if (action === "pause") {
-      const reason = prompt("Why pause this tenant's sending? (shown beside it)", "paused by an operator");
-      if (reason === null) return;
-      body = { reason: reason };
-    }
-    if (await post("tenants/" + encodeURIComponent(detailSlug) + "/" + action, body, action)) openTenant(detailSlug);
+  async function viewTenant(r) {
+    const slug = r.args[0];
+    const t = await getJSON("tenants/" + enc(slug));
+    const base = "tenants/" + enc(slug);
+    const isAdmin = me.role === "admin";
+    const wrap = el("div", undefined, "stack");
+    wrap.id = "tenant-detail";
+    wrap.dataset.slug = slug;
+    const sendBtn = t.sending_paused
+      ? button("Resume sending", "replay", async () => { if (await post(base + "/resume", {}, "Resume")) route(); })
+      : button("Pause sending", "skip", async () => {
+        const reason = prompt("Why pause this tenant's sending? (shown beside it)", "paused by an operator");
+        if (reason !== null && await post(base + "/pause", { reason: reason }, "Pause")) route();
+      });
+    sendBtn.id = t.sending_paused ? "resume" : "pause";
+    wrap.append(h("div", "page-head", el("h1", slug, "mono"), pill(t.sending_paused ? "paused" : "active"),
+      el("span", t.sending_paused ? t.sending_paused_reason : t.name, "muted"), sendBtn,
+      link("messages →", "#/messages?" + query({ tenant: slug })), link("dead letters →", "#/dead-letters?" + query({ tenant: slug }))));
+    const once = onceBox();
+    if (once) wrap.append(once);
+    const cols = el("div", undefined, "cols");
+    const ro = !isAdmin ? el("p", "Only an admin changes settings, credentials and keys; you are a " + me.role + ".", "hint") : null;
+    const settings = smallForm("settings-form", [
+      { name: "name", label: "name", value: t.name },
+      { name: "handler_url", label: "handler URL", type: "url", placeholder: t.handler_url_set ? "set (not shown) — type to replace" : "none" },
+      { name: "handler_mode", label: "handler mode", options: ["sync", "async", "notify"] },
+      { name: "handler_timeout_ms", label: "handler timeout ms", type: "number", value: t.handler_timeout_ms },
+      { name: "reply_deadline_ms", label: "reply deadline ms", type: "number", value: t.reply_deadline_ms },
+      { name: "on_dead_letter", label: "on dead letter", options: ["halt", "skip"] },
+      { name: "ambiguous", label: "ambiguous sends", options: ["reconcile", "resend"] },
+      { name: "max_attempts", label: "max attempts", type: "number", value: t.max_attempts },
+      { name: "send_rate", label: "send rate /s (0 unpaced)", type: "number", value: t.send_rate },
+      { name: "pair_gap_ms", label: "pair gap ms", type: "number", value: t.pair_gap_ms },
+      { name: "weight", label: "weight", type: "number", value: t.weight },
+      { name: "max_concurrency", label: "max concurrency (0 none)", type: "number", value: t.max_concurrency },
+      { name: "retention", label: "retention", value: t.retention },
+      { name: "events_url", label: "events URL", type: "url", placeholder: t.events_url_set ? "set (not shown) — type to replace" : "none" },
+    ], "Save settings", async (v) => {
+      const body = {};
+      for (const k of ["name", "on_dead_letter", "ambiguous", "retention", "handler_mode"]) body[k] = v[k];
+      for (const k of ["max_attempts", "send_rate", "pair_gap_ms", "weight", "max_concurrency", "handler_timeout_ms", "reply_deadline_ms"]) if (v[k] !== "") body[k] = Number(v[k]);
+      if (v.handler_url) body.handler_url = v.handler_url;
+      if (v.events_url) body.events_url = v.events_url;
+      if (await post(base + "/settings", body, "Save settings")) { notice("Settings of " + slug + " saved."); route(); }
+    });
+    settings.elements.handler_mode.value = t.handler_mode;
+    settings.elements.on_dead_letter.value = t.on_dead_letter;
+    settings.elements.ambiguous.value = t.ambiguous;
+    cols.append(card("Settings", ro, settings));
+
+    const right = el("div", undefined, "stack");
+    const cred = smallForm("cred-form", [
+      { name: "phone_number_id", label: "phone number id" },
+      { name: "access_token", label: "access token", type: "password" },
+      { name: "app_secret", label: "app secret", type: "password" },
+      { name: "verify_token", label: "verify token", type: "password" },
+    ], t.whatsapp === "set" ? "Replace credential" : "Set credential", async (v, f) => {
+      const ok = await post(base + "/credentials/whatsapp", v, "Set credential");
+      f.reset(); // write-only: the values leave the page either way
+      if (ok) route();
+    });
+    const credState = el("strong", t.whatsapp);
+    credState.id = "cred-state";
+    const wa = card("WhatsApp credential", dl([["credential", h("span", "", credState, t.whatsapp === "set" && isAdmin ? button("Delete", "skip small", async () => {
+      if (confirm("Delete " + slug + "'s WhatsApp credential? Its sends stop until a new one is set.") && await post(base + "/credentials/whatsapp/delete", {}, "Delete credential")) route();
+    }) : null)], ["callback URL for Meta", el("code", t.webhook_url, "webhook-url")], ["verify token", t.verify_token_set ? "set" : "not set"]]), isAdmin ? cred : null);
+    right.append(wa);
+    const authState = t.handler_auth === "header" ? "Header Auth (header " + t.handler_auth_header + ")" : t.handler_auth === "basic" ? "Basic Auth" : t.handler_auth;
+    const auth = smallForm("auth-form", [
+      { name: "kind", label: "n8n credential", options: ["Header Auth", "Basic Auth"] },
+      { name: "first", label: "header name / user", placeholder: "X-N8N-Auth" },
+      { name: "second", label: "value / password", type: "password" },
+    ], t.handler_auth === "none" ? "Set handler auth" : "Replace handler auth", async (v, f) => {
+      const body = v.kind === "Basic Auth" ? { basic_user: v.first, basic_password: v.second } : { header: v.first, value: v.second };
+      const ok = await post(base + "/credentials/handler_auth", body, "Set handler auth");
+      f.reset();
+      if (ok) route();
+    });
+    const authStateEl = el("strong", authState);
+    authStateEl.id = "auth-state";
+    right.append(card("Handler auth", el("p", "How ordo authenticates to the tenant's handler (n8n's Header Auth or Basic Auth on the Webhook node). Stored encrypted, never shown.", "hint"),
+      dl([["current", h("span", "", authStateEl, t.handler_auth !== "none" && isAdmin ? button("Delete", "skip small", async () => {
+        if (confirm("Delete " + slug + "'s handler auth?") && await post(base + "/credentials/handler_auth/delete", {}, "Delete handler auth")) route();
+      }) : null)]]), isAdmin ? auth : null));
+    const keys = table(["prefix", "created", "state", ""], t.api_keys.map((k) => ({
+      id: k.prefix,
+      cells: [td(el("span", k.prefix), "mono"), when(k.created_at), pill(k.revoked_at ? "revoked" : "active"),
+        !k.revoked_at && isAdmin ? button("Revoke", "skip small revoke", async () => {
+          if (confirm("Revoke API key " + k.prefix + "? Calls with it fail at once.") && await post(base + "/api-keys/" + enc(k.prefix) + "/revoke", {}, "Revoke key")) route();
+        }) : ""],
+    })), "No keys.");
+    keys.id = "keys";
+    const newKey = isAdmin ? button("New API key", "", async () => {
+      const r = await post(base + "/api-keys", {}, "New API key");
+      if (r) { shownOnce = { slug: slug, key: r.api_key }; route(); }
+    }) : null;
+    right.append(card(h("h2", "", "API keys ", newKey), keys));
+    cols.append(right);
+    wrap.append(cols);
+    if (!isAdmin) for (const f of wrap.querySelectorAll("form")) for (const x of f.elements) x.disabled = true;
+    return wrap;
   }
 
-  // The audit log: the first page follows the refresh until "load more".
-  let auditPaged = false;
-  let auditNext = 0;
-  async function loadAudit(more) {
+  // ---- audit ----
+  async function viewAudit(r) {
+    const p = r.params;
+    const page = await getJSON("audit?" + query({ tenant: p.tenant, actor: p.actor, action: p.action, before: p.before, limit: PAGE }));
+    const form = filterForm("audit-form", [
+      { name: "actor", label: "operator", placeholder: "admin:alice, cli, api:acme" },
+      { name: "tenant", label: "tenant", options: tenantOptions() },
+      { name: "action", label: "action", placeholder: "dead_letter.replay" },
+    ], p, (v) => go("#/audit?" + query(v)));
+    const rows = page.items.map((a) => {
+      const det = a.details && Object.keys(a.details).length ? JSON.stringify(a.details) : "";
+      const who = a.actor.startsWith("admin:") ? a.actor.slice(6) : a.actor;
+      return {
+        id: a.id,
+        cells: [stamp(a.at), link(who, "#/audit?" + query({ actor: a.actor }), "actor"), el("span", a.action, "mono"), a.tenant || "",
+          a.message_id && a.tenant ? link(a.message_id, msgHref(a.tenant, a.message_id), "mono") : (a.conversation_id || ""), td(el("span", det), "text mono muted")],
+      };
+    });
+    const t = table(["when", "who", "what", "tenant", "subject", "details"], rows, "No operator actions match.", "audit-table");
+    t.querySelectorAll("tbody tr").forEach((tr, i) => { if (page.items[i]) { tr.dataset.action = page.items[i].action; tr.dataset.actor = page.items[i].actor; } });
+    const pager = el("p", undefined, "pager");
+    if (p.before) pager.append(link("← newest", "#/audit?" + query({ ...p, before: "" })), " ");
+    if (page.next) pager.append(link("older →", "#/audit?" + query({ ...p, before: page.next }), "next"));
+    const c = card("Audit log", el("p", "Every operator action, written in the action's own transaction, with who did it.", "hint"), form, t, pager);
+    c.id = "audit";
+    return c;
+  }
+
+  // ---- login ----
+  function loggedOut() {
+    me = null;
+    clearTimeout(timer);
+    document.getElementById("app").hidden = true;
+    document.getElementById("login").hidden = false;
+    document.body.dataset.view = "login";
+    document.body.dataset.loaded = "true";
+  }
+  async function loggedIn(session) {
+    me = session;
+    document.getElementById("login").hidden = true;
+    document.getElementById("app").hidden = false;
+    document.getElementById("who").replaceChildren(el("strong", session.operator), " ", pill(session.role));
+    try { tenantSlugs = (await getJSON("tenants")).items.map((t) => t.slug); } catch (_) { /* shown by the view */ }
+    route();
+  }
+  async function start() {
     try {
-      const tenant = document.querySelector("#audit-form select[name=tenant]").value;
-      const p = await getJSON("audit?" + query({ tenant: tenant, before: more ? auditNext : 0, limit: PAGE }));
-      if (!more && !changed("audit", p.items)) return;
-      const rows = p.items.map((a) => {
-        const tr = el("tr");
-        tr.dataset.id = a.id;
-        tr.dataset.action = a.action;
-        const det = a.details && Object.keys(a.details).length ? JSON.stringify(a.details) : "";
-        tr.append(el("td", a.id), timeCell(a.at), el("td", a.actor, "mono"), el("td", a.action), el("td", a.tenant || ""),
-          el("td", a.conversation_id || "", "mono"), el("td", a.message_id || "", "mono"), el("td", a.dead_letter_id || ""), el("td", det, "text mono muted"));
-        return tr;
-      });
-      const tbody = document.querySelector("#audit tbody");
-      if (more) tbody.append(...rows);
-      else if (rows.length) tbody.replaceChildren(...rows);
-      else fill("audit", [], "No operator actions yet.");
-      auditNext = p.next || 0;
-      auditPaged = more || auditPaged;
-      document.getElementById("audit-more").hidden = !auditNext;
-    } catch (err) {
-      showError("Audit log failed: " + err.message, "refresh");
-    }
+      const resp = await fetch(location.origin + "/admin/session", { cache: "no-store", credentials: "same-origin" });
+      const s = resp.ok ? await resp.json() : null;
+      if (s && s.operator) return loggedIn(s);
+    } catch (_) { /* shown as logged out */ }
+    loggedOut();
   }
-
-  function on(id, ev, f) { document.getElementById(id).addEventListener(ev, f); }
-  on("search-form", "submit", (ev) => { ev.preventDefault(); search(false); });
-  on("search-more", "click", () => search(true));
-  on("timeline-more", "click", () => openTimeline(timelineOf.tenant, timelineOf.conv, true));
-  on("timeline-start", "click", () => openTimeline(timelineOf.tenant, timelineOf.conv, false, "start"));
-  on("timeline-close", "click", () => { document.getElementById("timeline").hidden = true; });
-  on("dl-form", "submit", (ev) => { ev.preventDefault(); dlLoad(false); });
-  on("dl-more", "click", () => dlLoad(true));
-  on("dl-replay-all", "click", () => dlBulk("replay"));
-  on("dl-skip-all", "click", () => dlBulk("skip"));
-  on("tenant-form", "submit", createTenant);
-  on("once-done", "click", hideOnce);
-  on("settings-form", "submit", saveSettings);
-  on("cred-form", "submit", setCredential);
-  on("key-new", "click", newKey);
-  on("pause", "click", () => pauseResume("pause"));
-  on("resume", "click", () => pauseResume("resume"));
-  on("detail-close", "click", () => { document.getElementById("tenant-detail").hidden = true; });
-  on("audit-more", "click", () => loadAudit(true));
-  on("audit-form", "change", () => { auditPaged = false; loadAudit(false); });
-  on("audit-form", "submit", (ev) => ev.preventDefault());
-
-  refresh();
+  document.getElementById("login-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const f = ev.target;
+    const v = formValues(f);
+    const err = document.getElementById("login-error");
+    const resp = await fetch(location.origin + "/admin/login", {
+      method: "POST", credentials: "same-origin",
+      headers: { "X-Ordo-Admin": "1", "Content-Type": "application/json" },
+      body: JSON.stringify({ name: v.name, password: f.elements.password.value }),
+    });
+    f.elements.password.value = "";
+    if (!resp.ok) {
+      err.textContent = await errorOf(resp);
+      err.hidden = false;
+      return;
+    }
+    err.hidden = true;
+    showError("");
+    loggedIn(await resp.json());
+  });
+  document.getElementById("logout").addEventListener("click", async () => {
+    await post("/admin/logout", {}, "Log out");
+    notice("");
+    loggedOut();
+  });
+  document.getElementById("quick-search").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const q = ev.target.elements.q.value.trim();
+    go("#/messages?" + query({ q: q }));
+  });
+  document.addEventListener("keydown", (ev) => {
+    const t = ev.target;
+    if (ev.key === "/" && !(t instanceof HTMLInputElement || t instanceof HTMLTextAreaElement || t instanceof HTMLSelectElement) && me) {
+      ev.preventDefault();
+      document.querySelector("#quick-search input").focus();
+    }
+  });
+  window.addEventListener("hashchange", () => { showError(""); notice(""); route(); });
+  start();
 })();
