@@ -263,7 +263,7 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 	if errors.As(err, &pgErr) {
 		attrs = append(attrs, "sqlstate", pgErr.Code)
 	}
-	if code := ErrorCode(translate(err, "")); code == CodeInvalid || code == CodeNotFound || code == CodeReused || code == CodeUnauthorized {
+	if code := ErrorCode(translate(err, "")); code == CodeInvalid || code == CodeNotFound || code == CodeReused || code == CodeUnauthorized || code == CodeOutsideWindow {
 		level = slog.LevelDebug // a client's bad input, not a fault
 	}
 	e.logger.Log(ctx, level, "ingest batch failed; running its messages one by one", attrs...)

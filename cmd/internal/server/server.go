@@ -103,6 +103,7 @@ func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 	}
 	eng = engine.New(pool, log, engine.WithMetrics(m))
 	cfg.Jobs.Metrics, cfg.Web.Metrics = m, m
+	cfg.Web.WhatsAppAPIURL = cmp.Or(cfg.Web.WhatsAppAPIURL, cfg.Jobs.WhatsAppAPIURL)
 	api := web.New(cfg.Web, eng, store, vault, log)
 
 	// Listen first: a taken port fails the start before any drain begins.
