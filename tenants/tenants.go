@@ -76,6 +76,10 @@ type Tenant struct {
 	ReplyDeadlineMS int `json:"reply_deadline_ms"`
 	// EventsURL receives the tenant's events (message.sent, …); empty: none.
 	EventsURL string `json:"events_url"`
+	// MarkRead: each inbound message received through the webhook that
+	// goes to the handler is marked read, with a typing indicator, before
+	// its replies are sent (jobs/markread.go). Off by default.
+	MarkRead bool `json:"mark_read"`
 }
 
 // Redacted returns t with any password in its URLs replaced by "xxxxx":
@@ -106,7 +110,7 @@ const (
 // tenantColumns is what every read of a tenant selects, in scanTenant's order.
 const tenantColumns = `id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
        sending_paused_at, COALESCE(sending_paused_reason, ''), created_at, extract(epoch FROM retention)::bigint,
-       weight, max_concurrency, handler_mode, handler_timeout_ms, reply_deadline_ms, COALESCE(events_url, '')`
+       weight, max_concurrency, handler_mode, handler_timeout_ms, reply_deadline_ms, COALESCE(events_url, ''), mark_read`
 
 // Querier is what a write runs on: the pool, or a caller's transaction
 // (sql.Querier).
@@ -259,6 +263,9 @@ type UpdateParams struct {
 	ReplyDeadlineMS *int
 	// EventsURL, if set, replaces the events URL; "" removes it.
 	EventsURL *string
+	// MarkRead, if set, turns read receipts with a typing indicator on or
+	// off.
+	MarkRead *bool
 }
 
 func (p UpdateParams) validate() error {
@@ -330,7 +337,8 @@ UPDATE ordo.tenants SET
     handler_mode       = COALESCE($12::text, handler_mode),
     handler_timeout_ms = COALESCE($13::int, handler_timeout_ms),
     reply_deadline_ms  = COALESCE($14::int, reply_deadline_ms),
-    events_url         = CASE WHEN $15::text IS NULL THEN events_url ELSE NULLIF($15::text, '') END
+    events_url         = CASE WHEN $15::text IS NULL THEN events_url ELSE NULLIF($15::text, '') END,
+    mark_read          = COALESCE($16::bool, mark_read)
 WHERE slug = $1
 RETURNING ` + tenantColumns
 
@@ -346,7 +354,7 @@ func (s *Store) UpdateTx(ctx context.Context, q Querier, slug string, p UpdatePa
 	}
 	t, err := scanTenant(q.QueryRow(ctx, updateTenant,
 		slug, p.HandlerURL, p.Name, p.OnDeadLetter, p.Ambiguous, p.MaxAttempts, p.SendRate, p.PairGapMS, p.Retention.seconds(),
-		p.Weight, p.MaxConcurrency, p.HandlerMode, p.HandlerTimeoutMS, p.ReplyDeadlineMS, p.EventsURL))
+		p.Weight, p.MaxConcurrency, p.HandlerMode, p.HandlerTimeoutMS, p.ReplyDeadlineMS, p.EventsURL, p.MarkRead))
 	if err != nil {
 		return Tenant{}, fmt.Errorf("update tenant %q: %w", slug, notFound(err))
 	}
@@ -476,7 +484,7 @@ func scanTenant(row pgx.Row) (Tenant, error) {
 	var retention int64
 	err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.HandlerURL, &t.OnDeadLetter, &t.Ambiguous, &t.MaxAttempts,
 		&t.SendRate, &t.PairGapMS, &t.SendingPausedAt, &t.SendingPausedReason, &t.CreatedAt, &retention,
-		&t.Weight, &t.MaxConcurrency, &t.HandlerMode, &t.HandlerTimeoutMS, &t.ReplyDeadlineMS, &t.EventsURL)
+		&t.Weight, &t.MaxConcurrency, &t.HandlerMode, &t.HandlerTimeoutMS, &t.ReplyDeadlineMS, &t.EventsURL, &t.MarkRead)
 	t.Retention = Retention(time.Duration(retention) * time.Second)
 	return t, err
 }

@@ -516,6 +516,11 @@
       form.elements.handler_url_remove.checked = false;
       form.elements.events_url.value = "";
       form.elements.events_url.placeholder = t.events_url_set ? "set (not shown) — type to replace" : "none";
+      form.elements.mark_read.checked = !!t.mark_read;
+      const cats = Object.entries((t.usage && t.usage.categories) || {});
+      document.getElementById("usage").textContent = cats.length
+        ? cats.map(([c, n]) => c + ": " + n.billable + " billable, " + n.non_billable + " free").join("; ")
+        : "no priced statuses yet";
       document.getElementById("cred-state").textContent = t.whatsapp;
       const missing = Object.entries(t.whatsapp_fields || {}).filter(([, v]) => !v).map(([k]) => k);
       document.getElementById("cred-fields").textContent = missing.length ? "missing: " + missing.join(", ") : "";
@@ -548,6 +553,7 @@
     if (f.handler_url_remove) body.handler_url = "";
     else if (f.handler_url) body.handler_url = f.handler_url;
     if (f.events_url) body.events_url = f.events_url;
+    body.mark_read = !!f.mark_read;
     if (await post("tenants/" + encodeURIComponent(detailSlug) + "/settings", body, "Save settings")) openTenant(detailSlug);
   }
   async function setCredential(ev) {
