@@ -2,6 +2,7 @@ package whatsapp
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"slices"
 	"sync"
@@ -67,11 +68,17 @@ func envelope(v map[string]any, field, value string) map[string]any {
 // schema does not know: field "type" or "interactive.type" and its value,
 // or "" for a message of known types (or not a message at all).
 func UnknownType(raw []byte) (field, value string) {
-	v, p := decodeMessage(raw)
-	if p != nil {
+	var m struct {
+		Type        any `json:"type"`
+		Interactive struct {
+			Type any `json:"type"`
+		} `json:"interactive"`
+	}
+	if json.Unmarshal(raw, &m) != nil {
 		return "", ""
 	}
-	return messageSchemaOnce().unknownType(v.(map[string]any))
+	v := map[string]any{"type": m.Type, "interactive": map[string]any{"type": m.Interactive.Type}}
+	return messageSchemaOnce().unknownType(v)
 }
 
 // maxTypeWarnings bounds the values a TypeWarnings remembers: past it,
