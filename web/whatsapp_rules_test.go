@@ -463,3 +463,56 @@ func TestOrderMessagesSentUnchanged(t *testing.T) {
 		}
 	}
 }
+
+// ordo dev's sandbox plays all of it: the read receipt is recorded beside
+// the reply, its statuses carry pricing (so usage counts), and a media id
+// resolves to a small generated image.
+func TestSandboxEmulatesWhatsAppRules(t *testing.T) {
+	t.Parallel()
+	handler := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"replies":[{"type":"text","text":{"body":"nice picture"}}]}`)
+	}))
+	t.Cleanup(handler.Close)
+	e := start(t, options{sandboxChannel: true, jobs: jobstest.Options{HandlerURL: handler.URL}})
+	ctx := context.Background()
+	on := true
+	if _, err := e.Tenants.Update(ctx, "acme", tenants.UpdateParams{MarkRead: &on}); err != nil {
+		t.Fatal(err)
+	}
+	body := imageWebhook("16505550801", "wamid.SB1", "sandbox-media-1")
+	req, _ := http.NewRequest(http.MethodPost, e.URL+"/webhooks/whatsapp/acme", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Hub-Signature-256", whatsapp.Sign(waAppSecret, body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("webhook: %d", resp.StatusCode)
+	}
+	e.WaitFor("the read receipt and the reply in the sandbox", 20*time.Second, func() bool {
+		sends, err := e.Engine.SandboxSends(ctx)
+		return err == nil && len(sends) == 2
+	})
+	sends, _ := e.Engine.SandboxSends(ctx) // newest first
+	if !whatsapp.IsReadReceipt(sends[1].Body) || whatsapp.IsReadReceipt(sends[0].Body) {
+		t.Errorf("sandbox sends %s then %s; want the read receipt, then the reply", sends[1].Body, sends[0].Body)
+	}
+	e.WaitFor("the reply's priced statuses", 10*time.Second, func() bool {
+		_, body := apiCall(t, http.MethodGet, e.URL+"/v1/usage", e.APIKey, nil)
+		var u engine.Usage
+		return json.Unmarshal(body, &u) == nil && u.Categories["service"] == engine.UsageCategory{NonBillable: 1}
+	})
+	mreq, _ := http.NewRequest(http.MethodGet, e.URL+"/v1/media/sandbox-media-1", nil)
+	mreq.Header.Set("Authorization", "Bearer "+e.APIKey)
+	mresp, err := contractClient(t, http.DefaultClient).Do(mreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	if mresp.StatusCode != http.StatusOK || mresp.Header.Get("Content-Type") != "image/png" || !bytes.HasPrefix(img, []byte("\x89PNG")) {
+		t.Errorf("sandbox media: %d %s, %d bytes; want 200 and a PNG", mresp.StatusCode, mresp.Header.Get("Content-Type"), len(img))
+	}
+}
