@@ -402,6 +402,10 @@ func TestMediaStreams(t *testing.T) {
 		}
 	}
 
+	if status, body := apiCall(t, http.MethodGet, e.URL+"/v1/media/bad%01id", e.APIKey, nil); status != http.StatusBadRequest {
+		t.Errorf("a media id with a control character: %d %s; want 400", status, body)
+	}
+
 	_, body := apiCall(t, http.MethodGet, e.URL+"/v1/messages/wamid.IMG1", e.APIKey, nil)
 	var m struct {
 		Payload struct {
