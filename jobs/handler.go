@@ -79,7 +79,7 @@ func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error)
 	resp, err := r.d.handlers.Do(req)
 	if err != nil {
 		if cause := redactURL(err); cause != "timeout" {
-			return handlerAnswer{}, &failure{msg: "handler unreachable: " + cause + handlerDown}
+			return handlerAnswer{}, &failure{msg: "handler unreachable: " + cause + handlerDown, action: actUnreachable}
 		}
 		return handlerAnswer{}, &failure{msg: fmt.Sprintf("handler timeout: no answer within the tenant's handler_timeout (%s); "+
 			"a slow workflow needs `ordo tenant update --handler-timeout` raised, or --handler-mode async (n8n answers at once, the workflow posts its replies)", r.handlerTimeout())}
@@ -94,7 +94,10 @@ func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error)
 		// n8n answers 404 "webhook … is not registered" while it restarts
 		// and while the workflow is switched off for an edit: retried, not
 		// a reason to halt every conversation that gets a message meanwhile.
-		return handlerAnswer{}, &failure{msg: "handler answered " + strconv.Itoa(code) + handlerDown + " (and its Webhook node's path the handler URL's?)", retryAfter: retryAfter(resp.Header.Get("Retry-After"))}
+		return handlerAnswer{}, &failure{msg: "handler answered " + strconv.Itoa(code) + handlerDown + " (and its Webhook node's path the handler URL's?)", action: actUnreachable}
+	case code == http.StatusBadGateway, code == http.StatusServiceUnavailable, code == http.StatusGatewayTimeout:
+		// The proxy in front of the handler has nothing behind it.
+		return handlerAnswer{}, &failure{msg: "handler answered " + strconv.Itoa(code) + handlerDown, action: actUnreachable}
 	case code >= 500:
 		return handlerAnswer{}, &failure{msg: "handler answered " + strconv.Itoa(code) + handlerDown, retryAfter: retryAfter(resp.Header.Get("Retry-After"))}
 	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:

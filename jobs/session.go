@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ordo-dev/ordo/jobs/fair"
 	ordosql "github.com/ordo-dev/ordo/sql"
 	"github.com/ordo-dev/ordo/tenants"
 )
@@ -18,9 +19,6 @@ import (
 // lockNamespace is the first key of every conversation advisory lock
 // ("ordo"), keeping them apart from River's and an application's own locks.
 const lockNamespace = 0x6f72646f
-
-// errLockBusy: another drain holds the conversation.
-var errLockBusy = errors.New("conversation is locked by another drain")
 
 // ErrFenced is returned by a write of a drain that lost its conversation: a
 // newer drain took over (bumped the fence) and the write was rolled back.
@@ -149,6 +147,7 @@ SELECT u.fence, u.head_seq, u.last_seq, u.halted, u.tenant_id, u.conversation_id
        t.slug, t.name, COALESCE(t.handler_url, ''), t.on_dead_letter, t.ambiguous, t.max_attempts,
        t.send_rate, t.pair_gap_ms, t.sending_paused_at, COALESCE(t.sending_paused_reason, ''), t.created_at,
        t.handler_mode, t.handler_timeout_ms, t.reply_deadline_ms, COALESCE(t.events_url, ''), t.weight, t.max_concurrency,
+       t.handler_down_since, t.handler_outage_limit_ms,
        cr.updated_at,
        CASE WHEN u.fence IS NOT NULL THEN set_config('ordo.fence', u.fence::text, true) END
 FROM (SELECT 1) one LEFT JOIN u ON true
@@ -168,7 +167,7 @@ type slotHold struct {
 // tenant, or purged) comes back with found false: close it. With bt, a
 // batch of quiet conversations is claimed first (batch.go); when bt.convs
 // comes back non-empty, no session does.
-func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t turn, lease int64, phone *string, release *slotHold, bt *batch) (s *session, st convState, found bool, err error) {
+func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease int64, phone *string, release *slotHold, bt *batch) (s *session, st convState, found bool, err error) {
 	var (
 		conv    *int64
 		slot    *int
@@ -195,6 +194,8 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t turn, lease int64, 
 		events  *string
 		weight  *int
 		maxConc *int
+		hDown   *time.Time
+		hLimit  *int64
 	)
 	var relTenant *int64
 	var relSlot *int
@@ -205,7 +206,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t turn, lease int64, 
 	if bt != nil {
 		bt.queue(b, lease, phone)
 	}
-	b.Queue(claimQuery, lockNamespace, t.tenant, t.cap, lease, relTenant, relSlot).Query(func(rows pgx.Rows) error {
+	b.Queue(claimQuery, lockNamespace, t.Tenant, t.Cap, lease, relTenant, relSlot).Query(func(rows pgx.Rows) error {
 		defer rows.Close()
 		for rows.Next() {
 			if err := rows.Scan(&conv, &slot, &st.more); err != nil {
@@ -217,7 +218,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t turn, lease int64, 
 	b.Queue(openQuery, lease).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&fence, &head, &last, &halted, &tenant, &convID,
 			&slug, &name, &handler, &onDead, &ambig, &maxAtt, &rate, &gap, &paused, &reason, &created,
-			&mode, &hto, &rdl, &events, &weight, &maxConc, &st.credentialAt, nil)
+			&mode, &hto, &rdl, &events, &weight, &maxConc, &hDown, &hLimit, &st.credentialAt, nil)
 	})
 	// The first message is read — and its first step started, when it can —
 	// in the same round trip and transaction.
@@ -237,7 +238,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t turn, lease int64, 
 	}
 	s = &session{conn: conn, conv: *conv, lease: time.Duration(lease) * time.Millisecond, heard: heard}
 	if slot != nil {
-		s.slot = &slotHold{tenant: t.tenant, slot: *slot}
+		s.slot = &slotHold{tenant: t.Tenant, slot: *slot}
 	}
 	if fence == nil {
 		return s, st, false, nil // conversation deleted meanwhile
@@ -247,7 +248,8 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t turn, lease int64, 
 	if slug != nil {
 		st.tenant = tenants.Tenant{ID: *tenant, Slug: *slug, Name: *name, HandlerURL: *handler, OnDeadLetter: *onDead, Ambiguous: *ambig,
 			MaxAttempts: *maxAtt, SendRate: *rate, PairGapMS: *gap, SendingPausedAt: paused, SendingPausedReason: *reason, CreatedAt: *created,
-			HandlerMode: *mode, HandlerTimeoutMS: *hto, ReplyDeadlineMS: *rdl, EventsURL: *events, Weight: *weight, MaxConcurrency: *maxConc}
+			HandlerMode: *mode, HandlerTimeoutMS: *hto, ReplyDeadlineMS: *rdl, EventsURL: *events, Weight: *weight, MaxConcurrency: *maxConc,
+			HandlerDownSince: hDown, HandlerOutageLimitMS: *hLimit}
 	}
 	return s, st, true, nil
 }
