@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ordo-dev/ordo/jobs/whatsapp"
 )
 
 // Operator queries read across tenants on purpose. Each list is bounded: the
@@ -207,6 +209,14 @@ func readableSend(snd SandboxSend) AdminSandboxSend {
 	text := body.Text.Body
 	if body.Type == "template" {
 		text = "template " + body.Template.Name
+	}
+	if whatsapp.IsReadReceipt(snd.Body) {
+		// ordo's --mark-read: no message, the user's ticks and "typing…".
+		var r struct {
+			MessageID string `json:"message_id"`
+		}
+		_ = json.Unmarshal(snd.Body, &r)
+		body.Type, text = "read", "read receipt + typing indicator for "+r.MessageID
 	}
 	return AdminSandboxSend{ID: snd.ID, PhoneNumberID: snd.PhoneNumberID, To: body.To, Type: body.Type, Text: text, WAMID: snd.WAMID, CreatedAt: snd.CreatedAt}
 }

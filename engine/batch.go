@@ -264,7 +264,7 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 		attrs = append(attrs, "sqlstate", pgErr.Code)
 	}
 	if code := ErrorCode(translate(err, "")); code == CodeInvalid || code == CodeNotFound || code == CodeReused || code == CodeUnauthorized ||
-		code == CodeUnavailable {
+		code == CodeOutsideWindow || code == CodeUnavailable {
 		// A client's bad input, or Postgres away (logged once, by its
 		// watch, and answered 503): not a fault of this batch.
 		level = slog.LevelDebug

@@ -160,6 +160,8 @@ func translate(err error, doing string) error {
 		return &Error{Code: CodeInvalid, Message: "text must not contain NUL (\\u0000) characters", Err: err}
 	case errors.As(err, &pgErr) && pgErr.Code == ordosql.SQLStateMessageIDReused:
 		return &Error{Code: CodeReused, Message: pgErr.Message, Err: err}
+	case errors.As(err, &pgErr) && pgErr.Code == ordosql.SQLStateOutsideServiceWindow:
+		return &Error{Code: CodeOutsideWindow, Message: pgErr.Message, Err: err}
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InvalidAuthorizationSpecification:
 		return &Error{Code: CodeUnauthorized, Message: "missing, unknown or revoked API key", Err: err}
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable:

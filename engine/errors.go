@@ -16,12 +16,15 @@ const (
 	CodeNotFound     Code = "not_found"
 	CodeConflict     Code = "conflict"
 	// CodeReused: a message_id offered again with another body.
-	CodeReused      Code = "message_id_reused"
-	CodeTooLarge    Code = "payload_too_large"
-	CodeUnsupported Code = "unsupported_media_type"
-	CodeRateLimited Code = "rate_limited"
-	CodeUnavailable Code = "unavailable"
-	CodeInternal    Code = "internal"
+	CodeReused Code = "message_id_reused"
+	// CodeOutsideWindow: a non-template message to a user whose WhatsApp
+	// customer service window (24 hours from their last message) is closed.
+	CodeOutsideWindow Code = "outside_service_window"
+	CodeTooLarge      Code = "payload_too_large"
+	CodeUnsupported   Code = "unsupported_media_type"
+	CodeRateLimited   Code = "rate_limited"
+	CodeUnavailable   Code = "unavailable"
+	CodeInternal      Code = "internal"
 )
 
 // DatabaseUnavailable is what a request that needed the database is told

@@ -7,10 +7,14 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ordo-dev/ordo/jobs/whatsapp"
 )
 
 // SandboxWAMIDPrefix starts every message id the sandbox answers with, and
@@ -55,4 +59,62 @@ func (e *Engine) SandboxSends(ctx context.Context) ([]SandboxSend, error) {
 		return nil, &Error{Code: CodeInternal, Message: "internal error", Err: err}
 	}
 	return sends, nil
+}
+
+// sandboxStepTenant finds the tenant of a send step by its id (the
+// biz_opaque_callback_data a send carries): the sandbox's statuses go to
+// the tenant that sent.
+const sandboxStepTenant = `
+SELECT t.id, t.slug FROM ordo.steps s
+JOIN ordo.messages m ON m.id = s.message_pk
+JOIN ordo.tenants t ON t.id = m.tenant_id
+WHERE s.id = $1 AND s.kind = 'send'`
+
+// SandboxStatuses plays Meta's status webhooks for a send the sandbox took:
+// "sent" then "delivered", each with pricing as Meta would price it (a
+// template is billable, in its category; a free-form reply is a free
+// service message), stored like a genuine delivery for the tenant whose
+// step callbackData names. A send without a step of ordo's gets none.
+func (e *Engine) SandboxStatuses(ctx context.Context, phoneNumberID, wamid, callbackData string, body []byte) error {
+	id, err := strconv.ParseInt(callbackData, 10, 64)
+	if err != nil {
+		return nil
+	}
+	var t WebhookTenant
+	if err := e.pool.QueryRow(ctx, sandboxStepTenant, id).Scan(&t.ID, &t.Slug); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return translate(err, "sandbox statuses")
+	}
+	t.PhoneNumberID = phoneNumberID
+	pricing := &whatsapp.Pricing{Billable: false, PricingModel: "PMP", Category: "service"}
+	if whatsapp.IsTemplate(body) {
+		pricing = &whatsapp.Pricing{Billable: true, PricingModel: "PMP", Category: sandboxTemplateCategory(body)}
+	}
+	var sts []whatsapp.Status
+	for _, s := range []string{"sent", "delivered"} {
+		sts = append(sts, whatsapp.Status{PhoneNumberID: phoneNumberID, MessageID: wamid, Status: s,
+			CallbackData: callbackData, Timestamp: time.Now(), Pricing: pricing})
+	}
+	_, err = e.StoreWebhook(ctx, t, whatsapp.Webhook{Statuses: sts})
+	return err
+}
+
+// sandboxTemplateCategory guesses a template's pricing category from its
+// name, as the sandbox has no template registry: "auth…" and "otp…" are
+// authentication, "promo…" and "offer…" marketing, anything else utility.
+func sandboxTemplateCategory(body []byte) string {
+	var m struct {
+		Template struct{ Name string } `json:"template"`
+	}
+	_ = json.Unmarshal(body, &m)
+	n := strings.ToLower(m.Template.Name)
+	switch {
+	case strings.HasPrefix(n, "auth"), strings.HasPrefix(n, "otp"):
+		return "authentication"
+	case strings.HasPrefix(n, "promo"), strings.HasPrefix(n, "offer"), strings.HasPrefix(n, "marketing"):
+		return "marketing"
+	}
+	return "utility"
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ordo-dev/ordo/jobs/whatsapp"
 )
 
 // Step is one checkpointed unit of a message's work, as users see it.
@@ -100,7 +102,14 @@ type Conversation struct {
 	// its credential or account) and "active" otherwise.
 	Sending string `json:"sending"`
 	// SendingPausedReason says why sending is paused.
-	SendingPausedReason string           `json:"sending_paused_reason,omitempty"`
+	SendingPausedReason string `json:"sending_paused_reason,omitempty"`
+	// LastInboundAt is the WhatsApp timestamp of the user's latest message
+	// ordo received through the webhook, and ServiceWindowEndsAt 24 hours
+	// after it: from then on only a template can be sent until the user
+	// writes again. Both null when no inbound message was seen (Meta
+	// decides).
+	LastInboundAt       *time.Time       `json:"last_inbound_at"`
+	ServiceWindowEndsAt *time.Time       `json:"service_window_ends_at"`
 	Messages            []MessageSummary `json:"messages"`
 }
 
@@ -109,7 +118,8 @@ const RecentMessages = 50
 
 const conversationQuery = `
 SELECT c.id, c.conversation_id, CASE WHEN c.halted_at IS NULL THEN 'active' ELSE 'halted' END, c.head_seq, c.last_seq,
-       CASE WHEN t.sending_paused_at IS NULL THEN 'active' ELSE 'paused' END, coalesce(t.sending_paused_reason, '')
+       CASE WHEN t.sending_paused_at IS NULL THEN 'active' ELSE 'paused' END, coalesce(t.sending_paused_reason, ''),
+       c.last_inbound_at
 FROM ordo.conversations c JOIN ordo.tenants t ON t.id = c.tenant_id
 WHERE c.tenant_id = $1 AND c.conversation_id = $2`
 
@@ -125,9 +135,13 @@ func (e *Engine) Conversation(ctx context.Context, tenantID int64, conversationI
 		c  Conversation
 		pk int64
 	)
-	err := e.pool.QueryRow(ctx, conversationQuery, tenantID, conversationID).Scan(&pk, &c.ConversationID, &c.Status, &c.HeadSeq, &c.LastSeq, &c.Sending, &c.SendingPausedReason)
+	err := e.pool.QueryRow(ctx, conversationQuery, tenantID, conversationID).Scan(&pk, &c.ConversationID, &c.Status, &c.HeadSeq, &c.LastSeq, &c.Sending, &c.SendingPausedReason, &c.LastInboundAt)
 	if err != nil {
 		return Conversation{}, translate(err, "read conversation")
+	}
+	if c.LastInboundAt != nil {
+		end := c.LastInboundAt.Add(whatsapp.ServiceWindow)
+		c.ServiceWindowEndsAt = &end
 	}
 	rows, _ := e.pool.Query(ctx, recentQuery, pk, RecentMessages)
 	c.Messages, err = pgx.CollectRows(rows, pgx.RowToStructByPos[MessageSummary])

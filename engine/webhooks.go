@@ -56,6 +56,10 @@ type WebhookTenant struct {
 	// PhoneNumberID is the business number of the tenant's whatsapp
 	// credential: a delivery for any other number is refused.
 	PhoneNumberID string
+	// PublicBase is ordo's scheme and host as Meta reached it
+	// ("https://ordo.example.com"): an inbound media message's payload gets
+	// its media_url there. Empty: no media_url.
+	PublicBase string
 }
 
 // WebhookResult is the answer to a stored webhook; Meta ignores it, people
@@ -94,24 +98,35 @@ func (e *Engine) StoreWebhook(ctx context.Context, t WebhookTenant, wh whatsapp.
 	})
 	statuses := newStatusBatch(wh.Statuses)
 	for attempt := 1; ; attempt++ {
-		var res WebhookResult
+		var (
+			res    WebhookResult
+			billed map[string]int // new billable messages by category
+		)
 		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, lockTimeoutQuery, lockTimeoutSetting); err != nil {
 				return err
 			}
 			// Conversations first (the messages), then steps (the statuses).
 			for _, m := range msgs {
+				payload := storable(m.Payload)
+				if u := mediaURL(t.PublicBase, m.MediaID); u != "" {
+					payload = whatsapp.WithMediaURL(payload, m.Type, u)
+				}
 				a, err := e.IngestTx(ctx, tx, NewMessage{
 					Tenant: t.Slug, ConversationID: m.ConversationID, MessageID: m.MessageID,
-					Direction: "inbound", Payload: storable(m.Payload), ReuseIsDuplicate: true,
+					Direction: "inbound", Payload: payload, ReuseIsDuplicate: true,
 				})
 				if err != nil {
 					return err
 				}
 				if a.Duplicate {
 					res.Duplicates++
-				} else {
-					res.Accepted++
+					continue
+				}
+				res.Accepted++
+				// The service window, a read receipt to send, the media id.
+				if err := noteInbound(ctx, tx, t.ID, m, a.ID); err != nil {
+					return err
 				}
 			}
 			if len(wh.Statuses) > 0 {
@@ -120,10 +135,16 @@ func (e *Engine) StoreWebhook(ctx context.Context, t WebhookTenant, wh whatsapp.
 					return err
 				}
 				res.Statuses = n
+				if billed, err = recordUsage(ctx, tx, t.ID, wh.Statuses); err != nil {
+					return err
+				}
 			}
 			return nil
 		})
 		if err == nil {
+			for _, cat := range sortedCategories(billed) {
+				e.metrics.Billable(t.Slug, cat, billed[cat])
+			}
 			// Counted once committed, as REST's are.
 			e.metrics.Accepted(metrics.SourceWebhook, "inbound", res.Accepted, res.Duplicates)
 			e.metrics.WebhookStatuses(res.Statuses)

@@ -30,6 +30,9 @@ type Drainer struct {
 	stopping atomic.Bool
 	hooks    hooks
 	creds    credentialCache
+	// unknownTypes logs once each message type the schema does not know
+	// that a send let through (issue 26: jobs/whatsapp/validate_unknown.go).
+	unknownTypes whatsapp.TypeWarnings
 	// turns, when set, says whether a tenant other than the drain's is
 	// waiting for a worker (waiting) and hands the drain's worker to it
 	// (handOff); the runner's scheduler.

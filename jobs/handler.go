@@ -75,6 +75,7 @@ func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error)
 	}
 	req.Header.Set("X-Ordo-Signature", Sign(r.secret, body))
 	req.Header.Set("Idempotency-Key", r.tenant.Slug+":"+m.id)
+	defer r.startReadReceipt(ctx, m)() // issue 26: jobs/markread.go; ends before the answer is recorded
 	resp, err := r.d.handlers.Do(req)
 	if err != nil {
 		if errors.Is(err, tenants.ErrOutboundRefused) {

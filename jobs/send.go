@@ -112,6 +112,10 @@ func (r *run) send(ctx context.Context, st *step) (string, error) {
 	if err := whatsapp.ValidateMessage(msg); err != nil {
 		return "", &failure{msg: "not sent, WhatsApp would refuse it: " + err.Error(), action: actDeadLetter, class: whatsapp.Permanent.String()}
 	}
+	r.d.unknownTypes.Note(ctx, r.d.logger, msg)
+	if err := r.checkWindow(ctx, st); err != nil { // issue 26: jobs/window.go
+		return "", err
+	}
 	res, err := r.d.wa.Send(ctx, *r.cred, msg, strconv.FormatInt(st.id, 10))
 	if err != nil {
 		return "", classifySend(err)

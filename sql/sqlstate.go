@@ -15,3 +15,9 @@ const SQLStateRepliesArrived = "ORR01"
 // message_id already accepted for the tenant is offered with another body
 // (conversation, direction or payload); the caller's transaction rolls back.
 const SQLStateMessageIDReused = "ORM01"
+
+// SQLStateOutsideServiceWindow is raised by ordo.enqueue_message for an
+// outbound message that is not a template, to a conversation whose latest
+// inbound message (seen through the webhook) is more than 24 hours old:
+// WhatsApp's customer service window is closed. Nothing is stored.
+const SQLStateOutsideServiceWindow = "ORW01"

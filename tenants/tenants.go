@@ -89,6 +89,10 @@ type Tenant struct {
 	// HandlerOutageLimitDefault unless changed (Meta retries its webhooks
 	// for about as long).
 	HandlerOutageLimitMS int64 `json:"handler_outage_limit_ms"`
+	// MarkRead: each inbound message received through the webhook that
+	// goes to the handler is marked read, with a typing indicator, before
+	// its replies are sent (jobs/markread.go). Off by default.
+	MarkRead bool `json:"mark_read"`
 }
 
 // Redacted returns t with any password in its URLs replaced by "xxxxx":
@@ -123,7 +127,7 @@ const (
 const tenantColumns = `id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
        sending_paused_at, COALESCE(sending_paused_reason, ''), created_at, extract(epoch FROM retention)::bigint,
        weight, max_concurrency, handler_mode, handler_timeout_ms, reply_deadline_ms, COALESCE(events_url, ''),
-       handler_down_since, COALESCE(handler_down_reason, ''), handler_outage_limit_ms`
+       handler_down_since, COALESCE(handler_down_reason, ''), handler_outage_limit_ms, mark_read`
 
 // Querier is what a write runs on: the pool, or a caller's transaction
 // (sql.Querier).
@@ -288,6 +292,9 @@ type UpdateParams struct {
 	EventsURL *string
 	// HandlerOutageLimitMS, if set, is 60000 (1 min)..604800000 (7 days).
 	HandlerOutageLimitMS *int64
+	// MarkRead, if set, turns read receipts with a typing indicator on or
+	// off.
+	MarkRead *bool
 }
 
 func (p UpdateParams) validate(s *Store) error {
@@ -363,7 +370,8 @@ UPDATE ordo.tenants SET
     handler_timeout_ms = COALESCE($13::int, handler_timeout_ms),
     reply_deadline_ms  = COALESCE($14::int, reply_deadline_ms),
     events_url         = CASE WHEN $15::text IS NULL THEN events_url ELSE NULLIF($15::text, '') END,
-    handler_outage_limit_ms = COALESCE($16::bigint, handler_outage_limit_ms)
+    handler_outage_limit_ms = COALESCE($16::bigint, handler_outage_limit_ms),
+    mark_read          = COALESCE($17::bool, mark_read)
 WHERE slug = $1
 RETURNING ` + tenantColumns
 
@@ -379,7 +387,7 @@ func (s *Store) UpdateTx(ctx context.Context, q Querier, slug string, p UpdatePa
 	}
 	t, err := scanTenant(q.QueryRow(ctx, updateTenant,
 		slug, p.HandlerURL, p.Name, p.OnDeadLetter, p.Ambiguous, p.MaxAttempts, p.SendRate, p.PairGapMS, p.Retention.seconds(),
-		p.Weight, p.MaxConcurrency, p.HandlerMode, p.HandlerTimeoutMS, p.ReplyDeadlineMS, p.EventsURL, p.HandlerOutageLimitMS))
+		p.Weight, p.MaxConcurrency, p.HandlerMode, p.HandlerTimeoutMS, p.ReplyDeadlineMS, p.EventsURL, p.HandlerOutageLimitMS, p.MarkRead))
 	if err != nil {
 		return Tenant{}, fmt.Errorf("update tenant %q: %w", slug, notFound(err))
 	}
@@ -510,7 +518,7 @@ func scanTenant(row pgx.Row) (Tenant, error) {
 	err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.HandlerURL, &t.OnDeadLetter, &t.Ambiguous, &t.MaxAttempts,
 		&t.SendRate, &t.PairGapMS, &t.SendingPausedAt, &t.SendingPausedReason, &t.CreatedAt, &retention,
 		&t.Weight, &t.MaxConcurrency, &t.HandlerMode, &t.HandlerTimeoutMS, &t.ReplyDeadlineMS, &t.EventsURL,
-		&t.HandlerDownSince, &t.HandlerDownReason, &t.HandlerOutageLimitMS)
+		&t.HandlerDownSince, &t.HandlerDownReason, &t.HandlerOutageLimitMS, &t.MarkRead)
 	t.Retention = Retention(time.Duration(retention) * time.Second)
 	return t, err
 }

@@ -216,6 +216,7 @@ func TestUpdate(t *testing.T) {
 		HandlerTimeoutMS: ptr(60000),
 		ReplyDeadlineMS:  ptr(120000),
 		EventsURL:        ptr("https://n8n.example.com/webhook/events"),
+		MarkRead:         ptr(true),
 	})
 	if err != nil {
 		t.Fatalf("update: %v", err)
@@ -224,7 +225,7 @@ func TestUpdate(t *testing.T) {
 		OnDeadLetter: "skip", Ambiguous: "resend", MaxAttempts: 3, SendRate: 80, CreatedAt: c.Tenant.CreatedAt,
 		Retention: tenants.Retention(90 * 24 * time.Hour), Weight: 3, MaxConcurrency: 5, HandlerMode: "async",
 		HandlerTimeoutMS: 60000, ReplyDeadlineMS: 120000, EventsURL: "https://n8n.example.com/webhook/events",
-		HandlerOutageLimitMS: tenants.HandlerOutageLimitDefault.Milliseconds()}
+		HandlerOutageLimitMS: tenants.HandlerOutageLimitDefault.Milliseconds(), MarkRead: true}
 	if got != want {
 		t.Errorf("updated = %+v, want %+v", got, want)
 	}

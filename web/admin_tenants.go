@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/gorilla/mux"
@@ -47,6 +48,7 @@ type adminTenantView struct {
 	HandlerMode         string           `json:"handler_mode"`
 	HandlerTimeoutMS    int              `json:"handler_timeout_ms"`
 	ReplyDeadlineMS     int              `json:"reply_deadline_ms"`
+	MarkRead            bool             `json:"mark_read"`
 	SendingPaused       bool             `json:"sending_paused"`
 	SendingPausedReason string           `json:"sending_paused_reason"`
 	Keys                []tenants.APIKey `json:"api_keys"`
@@ -62,13 +64,15 @@ type adminTenantView struct {
 	// "basic" (n8n Basic Auth) or "unreadable"; never the secret.
 	HandlerAuth       string `json:"handler_auth"`
 	HandlerAuthHeader string `json:"handler_auth_header,omitempty"`
+	// Usage is what Meta billed this calendar month (UTC), by category.
+	Usage *engine.Usage `json:"usage,omitempty"`
 }
 
 func viewOf(t tenants.Tenant) adminTenantView {
 	return adminTenantView{Slug: t.Slug, Name: t.Name, HandlerURLSet: t.HandlerURL != "", EventsURLSet: t.EventsURL != "",
 		OnDeadLetter: t.OnDeadLetter, Ambiguous: t.Ambiguous, MaxAttempts: t.MaxAttempts, SendRate: t.SendRate,
 		PairGapMS: t.PairGapMS, Weight: t.Weight, MaxConcurrency: t.MaxConcurrency, Retention: t.Retention.String(),
-		HandlerMode: t.HandlerMode, HandlerTimeoutMS: t.HandlerTimeoutMS, ReplyDeadlineMS: t.ReplyDeadlineMS,
+		HandlerMode: t.HandlerMode, HandlerTimeoutMS: t.HandlerTimeoutMS, ReplyDeadlineMS: t.ReplyDeadlineMS, MarkRead: t.MarkRead,
 		SendingPaused: t.SendingPausedAt != nil, SendingPausedReason: t.SendingPausedReason, Keys: []tenants.APIKey{},
 		WhatsApp: "not set", WhatsAppFields: map[string]bool{}, HandlerAuth: "none"}
 }
@@ -133,6 +137,13 @@ func (s *Server) adminTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.WebhookURL = s.publicBase(r) + "/webhooks/whatsapp/" + t.Slug
+	since, until := engine.MonthOf(time.Now())
+	u, err := s.engine.Usage(ctx, t.ID, since, until)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	v.Usage = &u
 	if s.vault != nil {
 		raw, err := s.vault.Get(ctx, t.ID, whatsappCredential)
 		switch {
@@ -306,6 +317,7 @@ type adminSettings struct {
 	HandlerTimeoutMS *int    `json:"handler_timeout_ms"`
 	ReplyDeadlineMS  *int    `json:"reply_deadline_ms"`
 	EventsURL        *string `json:"events_url"`
+	MarkRead         *bool   `json:"mark_read"`
 }
 
 func (s *Server) adminUpdateTenant(w http.ResponseWriter, r *http.Request) {
@@ -316,7 +328,7 @@ func (s *Server) adminUpdateTenant(w http.ResponseWriter, r *http.Request) {
 	}
 	p := tenants.UpdateParams{Name: in.Name, HandlerURL: in.HandlerURL, OnDeadLetter: in.OnDeadLetter, Ambiguous: in.Ambiguous,
 		MaxAttempts: in.MaxAttempts, SendRate: in.SendRate, PairGapMS: in.PairGapMS, Weight: in.Weight, MaxConcurrency: in.MaxConcurrency,
-		HandlerMode: in.HandlerMode, HandlerTimeoutMS: in.HandlerTimeoutMS, ReplyDeadlineMS: in.ReplyDeadlineMS, EventsURL: in.EventsURL}
+		HandlerMode: in.HandlerMode, HandlerTimeoutMS: in.HandlerTimeoutMS, ReplyDeadlineMS: in.ReplyDeadlineMS, EventsURL: in.EventsURL, MarkRead: in.MarkRead}
 	if in.Retention != nil {
 		ret, err := tenants.ParseRetention(*in.Retention)
 		if err != nil {

@@ -22,19 +22,20 @@ const (
 
 // statuses is the one place error codes become HTTP statuses.
 var statuses = map[engine.Code]int{
-	engine.CodeInvalid:      http.StatusBadRequest,
-	engine.CodeUnauthorized: http.StatusUnauthorized,
-	engine.CodeNotFound:     http.StatusNotFound,
-	engine.CodeConflict:     http.StatusConflict,
-	engine.CodeNotWaiting:   http.StatusConflict,
-	engine.CodeReused:       http.StatusUnprocessableEntity,
-	engine.CodeTooLarge:     http.StatusRequestEntityTooLarge,
-	engine.CodeUnsupported:  http.StatusUnsupportedMediaType,
-	engine.CodeRateLimited:  http.StatusTooManyRequests,
-	engine.CodeUnavailable:  http.StatusServiceUnavailable,
-	engine.CodeInternal:     http.StatusInternalServerError,
-	codeMethodNotAllowed:    http.StatusMethodNotAllowed,
-	codeForbidden:           http.StatusForbidden,
+	engine.CodeInvalid:       http.StatusBadRequest,
+	engine.CodeUnauthorized:  http.StatusUnauthorized,
+	engine.CodeNotFound:      http.StatusNotFound,
+	engine.CodeConflict:      http.StatusConflict,
+	engine.CodeNotWaiting:    http.StatusConflict,
+	engine.CodeReused:        http.StatusUnprocessableEntity,
+	engine.CodeOutsideWindow: http.StatusUnprocessableEntity,
+	engine.CodeTooLarge:      http.StatusRequestEntityTooLarge,
+	engine.CodeUnsupported:   http.StatusUnsupportedMediaType,
+	engine.CodeRateLimited:   http.StatusTooManyRequests,
+	engine.CodeUnavailable:   http.StatusServiceUnavailable,
+	engine.CodeInternal:      http.StatusInternalServerError,
+	codeMethodNotAllowed:     http.StatusMethodNotAllowed,
+	codeForbidden:            http.StatusForbidden,
 }
 
 // asEngineError brings the tenants package's errors into the one error type.

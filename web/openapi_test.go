@@ -250,7 +250,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 	for _, path := range []string{"/v1/messages", "/v1/messages/{message_id}", "/v1/conversations/{conversation_id}",
 		"/v1/dead-letters", "/v1/dead-letters/{id}", "/v1/dead-letters/{id}/replay", "/v1/dead-letters/{id}/skip",
-		"/v1/openapi.json", "/healthz", "/readyz", "/metrics"} {
+		"/v1/openapi.json", "/healthz", "/readyz", "/metrics", "/v1/usage", "/v1/media/{media_id}"} {
 		if doc.Paths.Value(path) == nil {
 			t.Errorf("web/openapi.json does not describe %s", path)
 		}

@@ -89,6 +89,7 @@ func start(t *testing.T, o options) *env {
 	if o.sandboxChannel {
 		o.web.Sandbox = true
 		o.jobs.Config.WhatsAppAPIURL = base + "/sandbox/v23.0"
+		o.web.WhatsAppAPIURL = base + "/sandbox/v23.0" // media (GET /v1/media/{id})
 	}
 	b := jobstest.Setup(t, o.jobs)
 	var h http.Handler = web.New(o.web, b.Engine, b.Tenants, b.Vault, logger).Handler()

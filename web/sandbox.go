@@ -34,6 +34,11 @@ func (s *Server) routeSandbox(r *mux.Router) {
 	r.Handle("/sandbox/{version}/{phone_number_id}/messages", loopback(s.sandboxSend)).Methods(http.MethodPost)
 	r.Handle("/sandbox/{phone_number_id}/messages", loopback(s.sandboxSend)).Methods(http.MethodPost)
 	r.Handle("/sandbox/sends", loopback(s.sandboxSends)).Methods(http.MethodGet)
+	// Inbound media (issue 26): any id resolves to a small generated image
+	// (sandbox_media.go). The file's route goes first: it would match the
+	// id's.
+	r.Handle("/sandbox/media/{media_id}", loopback(s.sandboxMediaFile)).Methods(http.MethodGet)
+	r.Handle("/sandbox/{version}/{media_id}", loopback(s.sandboxMedia)).Methods(http.MethodGet)
 }
 
 // loopbackHost reports whether a Host header names this machine's loopback
@@ -66,6 +71,15 @@ func (s *Server) sandboxSend(w http.ResponseWriter, r *http.Request) {
 		graphError(http.StatusBadRequest, 100, "Invalid parameter")
 		return
 	}
+	if whatsapp.IsReadReceipt(body) {
+		// ordo's --mark-read: recorded and shown like a send.
+		if _, err := s.engine.RecordSandboxSend(r.Context(), pathVar(r, "phone_number_id"), body); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]bool{"success": true})
+		return
+	}
 	// The same schema as at the door, so ordo dev refuses what WhatsApp
 	// refuses, with WhatsApp's code and the path of the wrong field.
 	if err := whatsapp.ValidateMessage(body); err != nil {
@@ -87,6 +101,7 @@ func (s *Server) sandboxSend(w http.ResponseWriter, r *http.Request) {
 		"contacts":          []map[string]any{{"input": fields["to"], "wa_id": fields["to"]}},
 		"messages":          []map[string]string{{"id": wamid}},
 	})
+	s.sandboxStatuses(pathVar(r, "phone_number_id"), wamid, fields, body)
 }
 
 func (s *Server) sandboxSends(w http.ResponseWriter, r *http.Request) {

@@ -18,6 +18,7 @@ import (
 	"github.com/ordo-dev/ordo/engine"
 	"github.com/ordo-dev/ordo/jobs/metrics"
 	"github.com/ordo-dev/ordo/jobs/outage"
+	"github.com/ordo-dev/ordo/jobs/whatsapp"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -44,6 +45,7 @@ const (
 	WebhookFailureWindowDefault     = 10 * time.Second
 	ChannelCacheTTLDefault          = 10 * time.Second
 	ChannelCacheEntriesDefault      = 10_000
+	MediaTimeoutDefault             = 10 * time.Minute
 )
 
 // AdminPasswordMinLength is the shortest admin password ordo accepts, in
@@ -149,6 +151,14 @@ type Config struct {
 	// this long after its login; default engine.SessionMaxDefault (12h).
 	AdminSessionIdle time.Duration
 	AdminSessionMax  time.Duration
+	// WhatsAppAPIURL is the Cloud API's base URL, which GET /v1/media/{id}
+	// resolves media ids at (ORDO_WHATSAPP_API_URL). Default
+	// whatsapp.DefaultBaseURL.
+	WhatsAppAPIURL string
+	// MediaTimeout bounds one media download through GET /v1/media/{id}
+	// (up to whatsapp.MaxMediaBytes), beyond WriteTimeout. Default
+	// MediaTimeoutDefault (10m).
+	MediaTimeout time.Duration
 	// Sandbox serves the built-in stand-in for the WhatsApp Cloud API under
 	// /sandbox/ (ordo dev), to loopback hosts only. Default off.
 	Sandbox bool
@@ -182,6 +192,8 @@ func (c Config) WithDefaults() Config {
 	c.ChannelCacheEntries = cmp.Or(c.ChannelCacheEntries, ChannelCacheEntriesDefault)
 	c.AdminSessionIdle = cmp.Or(c.AdminSessionIdle, engine.SessionIdleDefault)
 	c.AdminSessionMax = cmp.Or(c.AdminSessionMax, engine.SessionMaxDefault)
+	c.WhatsAppAPIURL = cmp.Or(c.WhatsAppAPIURL, whatsapp.DefaultBaseURL)
+	c.MediaTimeout = cmp.Or(c.MediaTimeout, MediaTimeoutDefault)
 	return c
 }
 
@@ -211,6 +223,9 @@ type Server struct {
 	signers  goodKeys
 	channels *channelCache // webhook tenants and credentials (channels.go)
 	bodies   *bodySlots    // slots for unauthenticated webhook bodies (slots.go)
+	// wa fetches inbound media with a tenant's token (media.go); no client
+	// timeout: the request's context and MediaTimeout bound a download.
+	wa *whatsapp.Client
 }
 
 // New returns a Server.
@@ -226,6 +241,7 @@ func New(cfg Config, eng *engine.Engine, ts *tenants.Store, vault *tenants.Vault
 		good:     newGoodKeys(),
 		signers:  newGoodKeys(),
 		recent:   recently[tenants.Tenant]{ttl: cfg.KeyReuse},
+		wa:       &whatsapp.Client{BaseURL: cfg.WhatsAppAPIURL, HTTP: &http.Client{}},
 	}
 	s.channels = newChannelCache(cfg.ChannelCacheTTL, cfg.ChannelCacheEntries, s.loadChannel)
 	return s
@@ -268,6 +284,8 @@ func (s *Server) Handler() http.Handler {
 	api(http.MethodGet, "/messages/{message_id}", s.getMessage)
 	api(http.MethodPost, "/messages/{message_id}/replies", s.postReplies)
 	api(http.MethodGet, "/conversations/{conversation_id}", s.getConversation)
+	api(http.MethodGet, "/usage", s.getUsage)
+	api(http.MethodGet, "/media/{media_id}", s.getMedia)
 	api(http.MethodGet, "/dead-letters", s.listDeadLetters)
 	api(http.MethodGet, "/dead-letters/{id}", s.getDeadLetter)
 	api(http.MethodPost, "/dead-letters/{id}/replay", s.replayDeadLetter)

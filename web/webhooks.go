@@ -187,7 +187,7 @@ func (s *Server) whatsappEvents(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, engine.Errorf(engine.CodeInvalid, "%s", webhookProblem(err)))
 		return
 	}
-	res, err := s.engine.StoreWebhook(r.Context(), engine.WebhookTenant{ID: ch.tenant.ID, Slug: ch.tenant.Slug, PhoneNumberID: ch.cred.PhoneNumberID}, wh)
+	res, err := s.engine.StoreWebhook(r.Context(), engine.WebhookTenant{ID: ch.tenant.ID, Slug: ch.tenant.Slug, PhoneNumberID: ch.cred.PhoneNumberID, PublicBase: s.publicBase(r)}, wh)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

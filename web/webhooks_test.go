@@ -119,6 +119,9 @@ type waAnswer struct {
 type (
 	waMsg struct {
 		From, UserID, ID, Text string
+		// At is the message's WhatsApp timestamp; zero: now (a user who
+		// just wrote, inside the service window).
+		At time.Time
 	}
 	waStatus struct {
 		ID, Status, CallbackData, Recipient string
@@ -143,7 +146,11 @@ func waPayload(entries ...[]waChange) []byte {
 			var contacts, msgs, statuses []map[string]any
 			for _, m := range c.Messages {
 				contact := map[string]any{"profile": map[string]string{"name": "User " + m.From}, "wa_id": m.From}
-				msg := map[string]any{"from": m.From, "id": m.ID, "timestamp": "1749416383", "type": "text",
+				at := m.At
+				if at.IsZero() {
+					at = time.Now()
+				}
+				msg := map[string]any{"from": m.From, "id": m.ID, "timestamp": strconv.FormatInt(at.Unix(), 10), "type": "text",
 					"text": map[string]string{"body": m.Text}}
 				if m.UserID != "" {
 					contact["user_id"], msg["user_id"] = m.UserID, m.UserID

@@ -91,6 +91,7 @@ type Metrics struct {
 	drainsRunning    prometheus.Gauge
 	drainRunsStarted prometheus.Counter
 	drainBatches     prometheus.Counter
+	billable         *prometheus.CounterVec
 }
 
 // Sources of an accepted message.
@@ -178,6 +179,10 @@ func New(cfg Config) (*Metrics, error) {
 			Namespace: Namespace, Name: "drain_batches_total",
 			Help: "Batches of conversations this process claimed and drained together (the batched drain).",
 		}),
+		billable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "billable_messages_total",
+			Help: "Sent messages Meta bills, by tenant and pricing category, counted once per message when the first status with its pricing is stored (GET /v1/usage has the totals).",
+		}, []string{"tenant", "category"}),
 	}
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "build_info",
@@ -187,7 +192,7 @@ func New(cfg Config) (*Metrics, error) {
 	build.Set(1)
 	cs := []prometheus.Collector{
 		m.accepted, m.duplicates, m.steps, m.sendSeconds, m.handlerSeconds, m.acceptToSend,
-		m.webhooks, m.webhookStatuses, m.httpRequests, m.httpSeconds, m.drainsRunning, m.drainRunsStarted, m.drainBatches, build,
+		m.webhooks, m.webhookStatuses, m.httpRequests, m.httpSeconds, m.drainsRunning, m.drainRunsStarted, m.drainBatches, m.billable, build,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
@@ -278,6 +283,14 @@ func (m *Metrics) WebhookStatuses(n int) {
 		return
 	}
 	m.webhookStatuses.Add(float64(n))
+}
+
+// Billable counts n newly recorded billable messages of tenant in category.
+func (m *Metrics) Billable(tenant, category string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.billable.WithLabelValues(tenant, category).Add(float64(n))
 }
 
 // HTTP records a request; route is the matched route's template (never

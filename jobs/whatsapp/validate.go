@@ -82,7 +82,16 @@ func ValidateMessage(raw []byte) error {
 	if p != nil {
 		return p.err(v)
 	}
-	return messageSchemaOnce().validate(v)
+	s := messageSchemaOnce()
+	if field, value := s.unknownType(v.(map[string]any)); field != "" {
+		// A type Meta added after this schema: its envelope only
+		// (validate_unknown.go).
+		if err := s.validate(envelope(v.(map[string]any), field, value)); err != nil {
+			return err
+		}
+		return nil
+	}
+	return s.validate(v)
 }
 
 // MessageTypes returns the message types ordo accepts, in the schema's order.
@@ -214,8 +223,10 @@ type messageSchema struct {
 	// messages maps a subschema's JSON Pointer to its "x-message": the rule
 	// reported, in ordo's words, when that subschema fails.
 	messages map[string]string
-	// types are the accepted message types, from the schema's type enum.
-	types []string
+	// types are the accepted message types, from the schema's type enum,
+	// and interactiveTypes the interactive types ($defs.interactive's).
+	types            []string
+	interactiveTypes []string
 }
 
 func compileMessageSchema(src []byte) (*messageSchema, error) {
@@ -245,6 +256,19 @@ func compileMessageSchema(src []byte) (*messageSchema, error) {
 	}
 	if len(s.types) == 0 {
 		return nil, errors.New("properties.type.enum: no message types")
+	}
+	defs, _ := root["$defs"].(map[string]any)
+	inter, _ := defs["interactive"].(map[string]any)
+	iprops, _ := inter["properties"].(map[string]any)
+	ityp, _ := iprops["type"].(map[string]any)
+	ienum, _ := ityp["enum"].([]any)
+	for _, t := range ienum {
+		if t, ok := t.(string); ok {
+			s.interactiveTypes = append(s.interactiveTypes, t)
+		}
+	}
+	if len(s.interactiveTypes) == 0 {
+		return nil, errors.New("$defs.interactive.properties.type.enum: no interactive types")
 	}
 	return s, nil
 }

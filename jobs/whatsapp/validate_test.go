@@ -66,7 +66,10 @@ func TestValidateMessage(t *testing.T) {
 		{"an array", `[{"type":"text","text":{"body":"a"}}]`, "message: must be a JSON object"},
 		{"null", `null`, "message: must be a JSON object"},
 		{"no type", `{"text":{"body":"hi"}}`, "type: required"},
-		{"unknown type", `{"type":"carrier_pigeon"}`, allTypes},
+		// A type Meta adds later passes with its envelope checked (issue 26).
+		{"unknown type", `{"type":"carrier_pigeon","carrier_pigeon":{"any":1}}`, ""},
+		{"unknown type, bad envelope", `{"type":"carrier_pigeon","to":""}`, "to: must not be empty"},
+		{"unknown type, unknown field", `{"type":"carrier_pigeon","colour":"red"}`, "colour: not allowed"},
 		{"type null", `{"type":null}`, allTypes},
 		{"unknown field", `{"type":"text","text":{"body":"hi"},"colour":"red"}`, "colour: not allowed"},
 		{"unknown field with an odd name", `{"type":"text","text":{"body":"hi"},"a.b":1}`, `["a.b"]: not allowed`},
@@ -162,7 +165,11 @@ func TestValidateMessage(t *testing.T) {
 		{"interactive footer too long", interactive(`{"type":"button","body":{"text":"x"},"footer":{"text":"` + s61 + `"},"action":{"buttons":[` + button("a", "A") + `]}}`), "interactive.footer.text: longer than 60 characters"},
 		{"interactive header text too long", interactive(`{"type":"button","header":{"type":"text","text":"` + s61 + `"},"body":{"text":"x"},"action":{"buttons":[` + button("a", "A") + `]}}`), "interactive.header.text: longer than 60 characters"},
 		{"interactive header video missing", interactive(`{"type":"button","header":{"type":"video"},"body":{"text":"x"},"action":{"buttons":[` + button("a", "A") + `]}}`), "interactive.header.video: required"},
-		{"interactive type unknown", interactive(`{"type":"carousel","action":{}}`), "interactive.type: must be one of button, list, cta_url, flow, product, product_list, catalog_message, location_request_message, call_permission_request, voice_call"},
+		{"interactive type unknown", interactive(`{"type":"carousel","action":{}}`), ""},
+		{"interactive type unknown, bad envelope", `{"type":"interactive","interactive":{"type":"carousel"},"context":{}}`, "context.message_id: required"},
+		{"interactive type not a string", interactive(`{"type":7,"action":{}}`), "interactive.type: must be one of button, list, cta_url, flow, product, product_list, catalog_message, location_request_message, call_permission_request, voice_call, order_details, order_status"},
+		{"order_status with an unknown status", interactive(`{"type":"order_status","body":{"text":"x"},"action":{"name":"review_order","parameters":{"reference_id":"r","order":{"status":"lost"}}}}`), "interactive.action.parameters.order.status: must be one of pending, processing, partially-shipped, shipped, completed, canceled"},
+		{"order_details without its order", interactive(`{"type":"order_details","body":{"text":"x"},"action":{"name":"review_and_pay","parameters":{"reference_id":"r","currency":"INR","total_amount":{"value":1,"offset":100}}}}`), "interactive.action.parameters.order: required"},
 		{"interactive action missing", interactive(`{"type":"button","body":{"text":"x"}}`), "interactive.action: required"},
 
 		// interactive: list

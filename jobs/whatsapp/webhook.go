@@ -105,6 +105,11 @@ type Inbound struct {
 	Timestamp time.Time
 	// Type is the message type: text, image, interactive, button, ...
 	Type string
+	// MediaID and MediaMIME are the media id and mime_type of an image,
+	// audio, video, document or sticker message ("" otherwise): only the
+	// tenant's token resolves the id (GET /v1/media/{id}).
+	MediaID   string
+	MediaMIME string
 	// Payload is {"message": <the message object>, "contact": <the matching
 	// contacts[] entry, omitted if none>, "metadata": <value.metadata>}.
 	Payload json.RawMessage
@@ -131,6 +136,18 @@ type Status struct {
 	Timestamp time.Time
 	// Errors is the raw errors array of a failed status, nil otherwise.
 	Errors json.RawMessage
+	// Pricing is what Meta bills for the message, when the status says
+	// (nil otherwise).
+	Pricing *Pricing
+}
+
+// Pricing is a status's pricing object: whether Meta bills the message and
+// in which conversation category (marketing, utility, authentication,
+// service, …, or a category Meta adds later).
+type Pricing struct {
+	Billable     bool   `json:"billable"`
+	PricingModel string `json:"pricing_model"`
+	Category     string `json:"category"`
 }
 
 // StatusRank orders statuses so that a status webhook is applied only when
@@ -190,6 +207,12 @@ type (
 		Timestamp  unixTime `json:"timestamp"`
 		Type       string   `json:"type"`
 	}
+	// webhookMedia is the media object of an image, audio, video,
+	// document or sticker message.
+	webhookMedia struct {
+		ID       string `json:"id"`
+		MIMEType string `json:"mime_type"`
+	}
 	webhookStatus struct {
 		ID              string          `json:"id"`
 		Status          string          `json:"status"`
@@ -198,6 +221,7 @@ type (
 		CallbackData    string          `json:"biz_opaque_callback_data"`
 		Timestamp       unixTime        `json:"timestamp"`
 		Errors          json.RawMessage `json:"errors"`
+		Pricing         *Pricing        `json:"pricing"`
 	}
 	inboundPayload struct {
 		Message  json.RawMessage `json:"message"`
@@ -338,14 +362,24 @@ func parseInbound(raw, metadata json.RawMessage, phoneNumberID string, rawContac
 	if err != nil {
 		return Inbound{}, fmt.Errorf("build payload: %w", err)
 	}
-	return Inbound{
+	in := Inbound{
 		PhoneNumberID:  phoneNumberID,
 		ConversationID: conv,
 		MessageID:      m.ID,
 		Timestamp:      m.Timestamp.Time,
 		Type:           m.Type,
 		Payload:        payload,
-	}, nil
+	}
+	if IsMediaType(m.Type) {
+		var fields map[string]json.RawMessage
+		var media webhookMedia
+		// A malformed media object leaves the message without a media id
+		// rather than refuse the delivery: the message itself is kept.
+		if json.Unmarshal(raw, &fields) == nil && json.Unmarshal(fields[m.Type], &media) == nil && validID(media.ID) == nil {
+			in.MediaID, in.MediaMIME = media.ID, truncate(media.MIMEType, 255)
+		}
+	}
+	return in, nil
 }
 
 func parseStatus(raw json.RawMessage, phoneNumberID string) (Status, error) {
@@ -371,6 +405,7 @@ func parseStatus(raw json.RawMessage, phoneNumberID string) (Status, error) {
 		CallbackData:    s.CallbackData,
 		Timestamp:       s.Timestamp.Time,
 		Errors:          s.Errors,
+		Pricing:         cleanPricing(s.Pricing),
 	}, nil
 }
 

@@ -24,6 +24,15 @@
 -- again before inserting it: a copy that committed while this call waited is
 -- answered as a duplicate without touching the unique index (see the
 -- comment in the body; regression test sql/enqueue_race_test.go).
+--
+-- The customer service window: an outbound message that is not a template,
+-- to a conversation whose latest inbound message seen through the webhook
+-- (conversations.last_inbound_at, read from the row this call locks) is
+-- stamped more than 24 hours ago, raises SQLSTATE ORW01
+-- (sql.SQLStateOutsideServiceWindow; the REST API's 422
+-- outside_service_window) naming when the window closed; nothing is stored.
+-- No inbound message seen: accepted (Meta decides). A repeat of an accepted
+-- message is answered as before, whatever the window.
 CREATE OR REPLACE FUNCTION ordo.enqueue_message(
     tenant_slug     text,
     conversation_id text,
@@ -44,6 +53,7 @@ DECLARE
     v_dir     text := coalesce(enqueue_message.direction, 'outbound');
     v_hash    bytea;
     v_old     bytea;
+    v_inbound timestamptz;
 BEGIN
     IF enqueue_message.conversation_id IS NULL OR enqueue_message.conversation_id = '' THEN
         RAISE EXCEPTION 'conversation_id: required' USING ERRCODE = '22023';
@@ -85,7 +95,7 @@ BEGIN
     VALUES (v_tenant, enqueue_message.conversation_id, 1)
     ON CONFLICT ON CONSTRAINT conversations_tenant_id_conversation_id_key DO UPDATE SET
         last_seq = c.last_seq + 1
-    RETURNING c.id, c.last_seq, c.halted_at IS NOT NULL INTO v_conv, v_seq, v_halted;
+    RETURNING c.id, c.last_seq, c.halted_at IS NOT NULL, c.last_inbound_at INTO v_conv, v_seq, v_halted, v_inbound;
 
     -- A copy that committed while this call waited for the conversation's
     -- row lock is visible now (each statement sees what committed before it
@@ -102,6 +112,13 @@ BEGIN
         UPDATE ordo.conversations c SET last_seq = c.last_seq - 1 WHERE c.id = v_conv;
         RETURN QUERY SELECT v_dup_id, v_dup_seq, true;
         RETURN;
+    END IF;
+
+    IF v_dir = 'outbound' AND v_inbound IS NOT NULL AND v_inbound + interval '24 hours' < now()
+       AND coalesce(enqueue_message.payload->>'type', '') <> 'template' THEN
+        RAISE EXCEPTION 'outside the 24-hour customer service window: it closed at % (24 hours after the user''s last message); until the user writes again only a template can be sent',
+            to_char((v_inbound + interval '24 hours') AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+            USING ERRCODE = 'ORW01';
     END IF;
 
     INSERT INTO ordo.messages AS m (tenant_id, conversation_pk, message_id, seq, direction, payload, body_hash)

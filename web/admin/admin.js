@@ -601,18 +601,26 @@
       { name: "max_concurrency", label: "max concurrency (0 none)", type: "number", value: t.max_concurrency },
       { name: "retention", label: "retention", value: t.retention },
       { name: "events_url", label: "events URL", type: "url", placeholder: t.events_url_set ? "set (not shown) — type to replace" : "none" },
+      { name: "mark_read", label: "mark read + typing before replies", options: ["off", "on"] },
     ], "Save settings", async (v) => {
       const body = {};
       for (const k of ["name", "on_dead_letter", "ambiguous", "retention", "handler_mode"]) body[k] = v[k];
       for (const k of ["max_attempts", "send_rate", "pair_gap_ms", "weight", "max_concurrency", "handler_timeout_ms", "reply_deadline_ms"]) if (v[k] !== "") body[k] = Number(v[k]);
       if (v.handler_url) body.handler_url = v.handler_url;
       if (v.events_url) body.events_url = v.events_url;
+      body.mark_read = v.mark_read === "on";
       if (await post(base + "/settings", body, "Save settings")) { notice("Settings of " + slug + " saved."); route(); }
     });
     settings.elements.handler_mode.value = t.handler_mode;
     settings.elements.on_dead_letter.value = t.on_dead_letter;
     settings.elements.ambiguous.value = t.ambiguous;
-    cols.append(card("Settings", ro, settings));
+    settings.elements.mark_read.value = t.mark_read ? "on" : "off";
+    const cats = Object.entries((t.usage && t.usage.categories) || {});
+    const usage = el("p", "Usage this month: " + (cats.length
+      ? cats.map(([c, n]) => c + " " + n.billable + " billable, " + n.non_billable + " free").join("; ")
+      : "no priced statuses yet"), "muted");
+    usage.id = "usage";
+    cols.append(card("Settings", ro, settings, usage));
 
     const right = el("div", undefined, "stack");
     const cred = smallForm("cred-form", [

@@ -20,6 +20,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ordo-dev/ordo/jobs/whatsapp"
 )
 
 // maxBody bounds a request body the fake reads.
@@ -120,6 +122,10 @@ type Server struct {
 	perCB     map[string]int
 	responder func(req Send, attempt int) Response
 	nextWAMID int
+	// reads are the read receipts received (not sends: see Reads);
+	// readStatus, when not 0, is the error status they are answered.
+	reads      []Read
+	readStatus int
 	// changed is closed and replaced whenever a send is recorded.
 	changed chan struct{}
 	closed  bool
@@ -249,6 +255,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		// The client went away mid-request: nothing was accepted.
 		return
 	}
+	if whatsapp.IsReadReceipt(raw) {
+		s.readReceipt(w, id, r.Header.Get("Authorization"), raw)
+		return
+	}
 	req := parseSend(id, r.Header.Get("Authorization"), raw)
 
 	s.mu.Lock()
@@ -357,4 +367,57 @@ func writeError(w http.ResponseWriter, status, code, subcode int, message string
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": e})
+}
+
+// Read is a read receipt (with its typing indicator) the fake received:
+// POST /{phone_number_id}/messages with {"status":"read","message_id"}.
+type Read struct {
+	PhoneNumberID string
+	// MessageID is the inbound wamid marked read.
+	MessageID string
+	Token     string
+	Body      json.RawMessage
+	At        time.Time
+}
+
+// Reads returns the read receipts received, in arrival order. They are not
+// sends: Sends, Attempts and the responder never see them.
+func (s *Server) Reads() []Read {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Read(nil), s.reads...)
+}
+
+// readReceipt records a read receipt and answers like Meta ({"success":
+// true}); without a bearer token it answers 401 with code 190.
+func (s *Server) readReceipt(w http.ResponseWriter, phoneNumberID, authorization string, raw []byte) {
+	tok, _ := strings.CutPrefix(authorization, "Bearer ")
+	if strings.TrimSpace(tok) == "" {
+		writeError(w, http.StatusUnauthorized, 190, 0, "Invalid OAuth access token")
+		return
+	}
+	var body struct {
+		MessageID string `json:"message_id"`
+	}
+	_ = json.Unmarshal(raw, &body)
+	s.mu.Lock()
+	fail := s.readStatus
+	if fail == 0 {
+		s.reads = append(s.reads, Read{PhoneNumberID: phoneNumberID, MessageID: body.MessageID, Token: strings.TrimSpace(tok), Body: raw, At: time.Now()})
+	}
+	s.mu.Unlock()
+	if fail != 0 {
+		writeError(w, fail, 131000, 0, "fake read receipt failure")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]bool{"success": true})
+}
+
+// FailReads answers every read receipt from now on with status (and Meta's
+// 131000), recording none; 0 answers them again.
+func (s *Server) FailReads(status int) {
+	s.mu.Lock()
+	s.readStatus = status
+	s.mu.Unlock()
 }
