@@ -47,9 +47,9 @@ type handlerAnswer struct {
 // tenant's handler_mode: sync, the replies are in the answer (a 202 makes
 // this message async); async, any 2xx means the replies will be posted;
 // notify, any 2xx is done. A tenant without a handler keeps its inbound
-// messages and answers nothing. 5xx, 404, 408, 410, 429, timeouts and
-// connection errors are retried; other 4xx and malformed answers are
-// permanent.
+// messages and answers nothing. 5xx, 404, 408, 410, 429 and connection
+// errors are retried; a timeout is not (timedOut); other 4xx and malformed
+// answers are permanent.
 func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error) {
 	none := handlerAnswer{replies: json.RawMessage("[]")}
 	if r.tenant.HandlerURL == "" {
@@ -80,8 +80,7 @@ func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error)
 		if cause := redactURL(err); cause != "timeout" {
 			return handlerAnswer{}, &failure{msg: "handler unreachable: " + cause + handlerDown}
 		}
-		return handlerAnswer{}, &failure{msg: fmt.Sprintf("handler timeout: no answer within the tenant's handler_timeout (%s); "+
-			"a slow workflow needs `ordo tenant update --handler-timeout` raised, or --handler-mode async (n8n answers at once, the workflow posts its replies)", r.handlerTimeout())}
+		return handlerAnswer{}, r.timedOut(ctx)
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxHandlerAnswer+1))
@@ -116,6 +115,30 @@ func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error)
 	}
 	replies, err := parseReplies(answer)
 	return handlerAnswer{replies: replies}, err
+}
+
+// timedOut is the failure of a handler call that got no answer within the
+// tenant's handler timeout. The workflow behind it may still be running (n8n
+// finishes an execution whose caller has gone), so by default the call is
+// not made again: a retry would run the workflow — and its AI step — once
+// more, and both runs' replies could be sent. The message is dead-lettered
+// with a reason saying what to change. A tenant with retry_timeouts set has
+// the call retried within max_attempts, as before issue 27.
+func (r *run) timedOut(ctx context.Context) error {
+	msg := fmt.Sprintf("the handler took longer than %s; n8n may still be running it — raise --handler-timeout or use async mode", seconds(r.handlerTimeout()))
+	// The call's context is spent (its deadline passed): read on one of
+	// its own. Unread, the safe side is not to call again.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	if retry, err := r.d.tenants.RetryTimeouts(ctx, r.tenant.ID); err == nil && retry {
+		return &failure{msg: msg + " (called again: --retry-timeouts is set)"}
+	}
+	return &failure{msg: msg + "; not called again (`ordo tenant update --retry-timeouts` retries a workflow that is safe to run twice)", action: actDeadLetter}
+}
+
+// seconds writes d as "N s" the way the dead letter reads it.
+func seconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + " s"
 }
 
 // handlerDown ends the reason of a failure that means the handler is not

@@ -71,6 +71,10 @@ type Tenant struct {
 	// HandlerTimeoutMS bounds one handler call, in milliseconds;
 	// HandlerTimeoutDefault unless changed.
 	HandlerTimeoutMS int `json:"handler_timeout_ms"`
+	// RetryTimeouts makes a sync handler call that timed out be made again
+	// (within max_attempts). Off by default: the workflow may still be
+	// running, and a retry would run it (and its AI step) once more.
+	RetryTimeouts bool `json:"retry_timeouts"`
 	// ReplyDeadlineMS is how long an async handler has to post its replies,
 	// in milliseconds; ReplyDeadlineDefault unless changed.
 	ReplyDeadlineMS int `json:"reply_deadline_ms"`
@@ -95,18 +99,19 @@ func (t Tenant) Redacted() Tenant {
 }
 
 // Defaults of the settings a tenant starts with (the columns' defaults in
-// sql/migrations/000004_tenant_settings.up.sql).
+// sql/migrations/000004_tenant_settings.up.sql; HandlerTimeoutDefault since
+// 000040_handler_timeouts.up.sql: long enough for an n8n workflow's AI step).
 const (
 	WeightDefault         = 1
 	HandlerModeDefault    = "sync"
-	HandlerTimeoutDefault = 30 * time.Second
+	HandlerTimeoutDefault = 120 * time.Second
 	ReplyDeadlineDefault  = 10 * time.Minute
 )
 
 // tenantColumns is what every read of a tenant selects, in scanTenant's order.
 const tenantColumns = `id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
        sending_paused_at, COALESCE(sending_paused_reason, ''), created_at, extract(epoch FROM retention)::bigint,
-       weight, max_concurrency, handler_mode, handler_timeout_ms, reply_deadline_ms, COALESCE(events_url, '')`
+       weight, max_concurrency, handler_mode, handler_timeout_ms, reply_deadline_ms, COALESCE(events_url, ''), retry_timeouts`
 
 // Querier is what a write runs on: the pool, or a caller's transaction
 // (sql.Querier).
@@ -259,6 +264,9 @@ type UpdateParams struct {
 	ReplyDeadlineMS *int
 	// EventsURL, if set, replaces the events URL; "" removes it.
 	EventsURL *string
+	// RetryTimeouts, if set, says whether a sync handler call that timed
+	// out is made again.
+	RetryTimeouts *bool
 }
 
 func (p UpdateParams) validate() error {
@@ -330,7 +338,8 @@ UPDATE ordo.tenants SET
     handler_mode       = COALESCE($12::text, handler_mode),
     handler_timeout_ms = COALESCE($13::int, handler_timeout_ms),
     reply_deadline_ms  = COALESCE($14::int, reply_deadline_ms),
-    events_url         = CASE WHEN $15::text IS NULL THEN events_url ELSE NULLIF($15::text, '') END
+    events_url         = CASE WHEN $15::text IS NULL THEN events_url ELSE NULLIF($15::text, '') END,
+    retry_timeouts     = COALESCE($16::boolean, retry_timeouts)
 WHERE slug = $1
 RETURNING ` + tenantColumns
 
@@ -346,7 +355,7 @@ func (s *Store) UpdateTx(ctx context.Context, q Querier, slug string, p UpdatePa
 	}
 	t, err := scanTenant(q.QueryRow(ctx, updateTenant,
 		slug, p.HandlerURL, p.Name, p.OnDeadLetter, p.Ambiguous, p.MaxAttempts, p.SendRate, p.PairGapMS, p.Retention.seconds(),
-		p.Weight, p.MaxConcurrency, p.HandlerMode, p.HandlerTimeoutMS, p.ReplyDeadlineMS, p.EventsURL))
+		p.Weight, p.MaxConcurrency, p.HandlerMode, p.HandlerTimeoutMS, p.ReplyDeadlineMS, p.EventsURL, p.RetryTimeouts))
 	if err != nil {
 		return Tenant{}, fmt.Errorf("update tenant %q: %w", slug, notFound(err))
 	}
@@ -471,12 +480,25 @@ func (s *Store) HandlerSecret(ctx context.Context, tenantID int64) ([]byte, erro
 	return []byte(v.Secret), nil
 }
 
+const selectRetryTimeouts = `SELECT retry_timeouts FROM ordo.tenants WHERE id = $1`
+
+// RetryTimeouts reports whether the tenant's sync handler calls that timed
+// out are made again. The drain asks only when a call timed out, so the
+// setting needs no place in the drain's own read of the tenant.
+func (s *Store) RetryTimeouts(ctx context.Context, tenantID int64) (bool, error) {
+	var retry bool
+	if err := s.pool.QueryRow(ctx, selectRetryTimeouts, tenantID).Scan(&retry); err != nil {
+		return false, fmt.Errorf("read retry_timeouts of tenant %d: %w", tenantID, notFound(err))
+	}
+	return retry, nil
+}
+
 func scanTenant(row pgx.Row) (Tenant, error) {
 	var t Tenant
 	var retention int64
 	err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.HandlerURL, &t.OnDeadLetter, &t.Ambiguous, &t.MaxAttempts,
 		&t.SendRate, &t.PairGapMS, &t.SendingPausedAt, &t.SendingPausedReason, &t.CreatedAt, &retention,
-		&t.Weight, &t.MaxConcurrency, &t.HandlerMode, &t.HandlerTimeoutMS, &t.ReplyDeadlineMS, &t.EventsURL)
+		&t.Weight, &t.MaxConcurrency, &t.HandlerMode, &t.HandlerTimeoutMS, &t.ReplyDeadlineMS, &t.EventsURL, &t.RetryTimeouts)
 	t.Retention = Retention(time.Duration(retention) * time.Second)
 	return t, err
 }

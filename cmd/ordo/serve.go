@@ -10,6 +10,7 @@ import (
 	"github.com/ordo-dev/ordo/cmd/internal/server"
 	"github.com/ordo-dev/ordo/jobs"
 	"github.com/ordo-dev/ordo/jobs/metrics"
+	"github.com/ordo-dev/ordo/tenants"
 	"github.com/ordo-dev/ordo/web"
 )
 
@@ -28,7 +29,7 @@ func runServe(ctx context.Context, env *cli.Env, args []string) error {
 	fs.DurationVar(&jc.HandlerTimeout, "handler-timeout", 0, fmt.Sprintf("cap on any tenant's handler call (each tenant's own is its handler_timeout, `ordo tenant update --handler-timeout`) (default %s)", jobs.HandlerTimeoutDefault))
 	fs.DurationVar(&jc.ReconcileWait, "reconcile-wait", 0, "how long an ambiguous send waits for a status webhook before a resend (default 30s)")
 	fs.DurationVar(&jc.RetryMax, "retry-max", 0, "longest backoff between a step's attempts (default 5m)")
-	fs.DurationVar(&jc.StopTimeout, "stop-timeout", 0, "how long SIGTERM waits for in-flight steps before cancelling them (default: the longer of --send-timeout and the tenants' default handler timeout, 30s, plus 5s; a longer handler call is cut off and called again)")
+	fs.DurationVar(&jc.StopTimeout, "stop-timeout", 0, fmt.Sprintf("how long SIGTERM waits for in-flight steps before cancelling them (default: the longer of --send-timeout and the tenants' default handler timeout, %s, plus %s; a longer handler call is cut off and called again)", tenants.HandlerTimeoutDefault, jobs.StopGraceExtra))
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
