@@ -200,36 +200,83 @@ func encodeHandlerRequest(req handlerRequest) ([]byte, error) {
 const n8nRespondImmediately = "Workflow was started"
 
 // parseReplies reads a handler's answer: {"replies": [{…}, …]}, or n8n's
-// one-element array of it ("Respond: When Last Node Finishes" with "All
-// Entries"). {"replies": []} is the only way to say "no replies": an empty
-// body (an n8n node failed before its Respond to Webhook node) or any other
-// shape is a permanent error whose reason names the n8n setting to change —
-// never a silent success with the replies lost.
+// items (itemReplies). {"replies": []} is the only way to say "no
+// replies": an empty body (an n8n node failed before its Respond to
+// Webhook node) or any other shape is a permanent error whose reason names
+// the n8n setting to change — never a silent success with the replies lost.
 func parseReplies(answer []byte) (json.RawMessage, error) {
 	trimmed := bytes.TrimSpace(answer)
 	if len(trimmed) == 0 {
 		return nil, &failure{msg: `handler answered an empty body; want {"replies": [...]} ({"replies": []} for none). ` +
 			`In n8n: a node failed before "Respond to Webhook" (see the workflow's executions), or the Webhook node's Respond setting answers before the replies exist`, action: actDeadLetter}
 	}
+	var replies []json.RawMessage
 	if trimmed[0] == '[' {
-		var items []json.RawMessage
-		if err := json.Unmarshal(trimmed, &items); err != nil || len(items) != 1 {
-			return nil, &failure{msg: `handler answered an array; want {"replies": [...]}, or n8n's one-element array of it`, action: actDeadLetter}
+		var err error
+		if replies, err = itemReplies(trimmed); err != nil {
+			return nil, err
 		}
-		trimmed = bytes.TrimSpace(items[0])
-	}
-	var raw struct {
-		Replies *[]json.RawMessage `json:"replies"`
-		Message any                `json:"message"`
-	}
-	if err := json.Unmarshal(trimmed, &raw); err != nil || raw.Replies == nil {
-		if raw.Message == n8nRespondImmediately {
-			return nil, &failure{msg: `handler answered "Workflow was started": the n8n Webhook node responds Immediately, before the workflow built its replies. ` +
-				`Set its Respond option to "Using 'Respond to Webhook' Node" (or "When Last Node Finishes")`, action: actDeadLetter}
+	} else {
+		var raw struct {
+			Replies *[]json.RawMessage `json:"replies"`
+			Message any                `json:"message"`
 		}
-		return nil, &failure{msg: `handler answer is not {"replies": [...]} (a JSON object with a "replies" array; {"replies": []} for none)`, action: actDeadLetter}
+		if err := json.Unmarshal(trimmed, &raw); err != nil || raw.Replies == nil {
+			if raw.Message == n8nRespondImmediately {
+				return nil, &failure{msg: `handler answered "Workflow was started": the n8n Webhook node responds Immediately, before the workflow built its replies. ` +
+					`Set its Respond option to "Using 'Respond to Webhook' Node" (or "When Last Node Finishes")`, action: actDeadLetter}
+			}
+			return nil, &failure{msg: `handler answer is not {"replies": [...]} (a JSON object with a "replies" array; {"replies": []} for none)`, action: actDeadLetter}
+		}
+		replies = *raw.Replies
 	}
-	replies := *raw.Replies
+	return checkReplies(replies)
+}
+
+// n8nItemsHint names the n8n settings that make an answer of items ordo
+// reads, for a dead letter about one it cannot.
+const n8nItemsHint = `In n8n, make each item {"replies": [...]} or one WhatsApp message with its "type" ` +
+	`(a Set or Code node before "Respond to Webhook"), or set "Respond to Webhook" to "Respond With: JSON" with {"replies": [...]}`
+
+// itemReplies reads an answer that is a JSON array: n8n's items, as
+// "Respond to Webhook" with "Respond With: All Incoming Items" or a Webhook
+// node with "When Last Node Finishes" and "All Entries" give them. Each
+// item is {"replies": [...]} (its replies follow the previous item's) or a
+// WhatsApp message object with its "type" (sent as one reply), in item
+// order. An item of any other shape, or no item at all, is a dead letter
+// naming the n8n setting to change.
+func itemReplies(answer []byte) ([]json.RawMessage, error) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(answer, &items); err != nil || len(items) == 0 {
+		return nil, &failure{msg: `handler answered an array that holds no n8n items; want {"replies": [...]} ({"replies": []} for none). ` + n8nItemsHint, action: actDeadLetter}
+	}
+	var replies []json.RawMessage
+	for i, item := range items {
+		var fields map[string]json.RawMessage
+		if t := bytes.TrimSpace(item); len(t) == 0 || t[0] != '{' || json.Unmarshal(t, &fields) != nil {
+			return nil, &failure{msg: fmt.Sprintf(`handler answered n8n items; item %d of %d is not a JSON object. `, i+1, len(items)) + n8nItemsHint, action: actDeadLetter}
+		}
+		if r, ok := fields["replies"]; ok {
+			var more []json.RawMessage
+			if err := json.Unmarshal(r, &more); err != nil || more == nil {
+				return nil, &failure{msg: fmt.Sprintf(`handler answered n8n items; item %d of %d has "replies" that is not an array. `, i+1, len(items)) + n8nItemsHint, action: actDeadLetter}
+			}
+			replies = append(replies, more...)
+		} else if typ, ok := fields["type"]; ok && len(typ) > 0 && typ[0] == '"' {
+			replies = append(replies, item)
+		} else {
+			return nil, &failure{msg: fmt.Sprintf(`handler answered n8n items; item %d of %d is neither {"replies": [...]} nor a WhatsApp message with a "type". `, i+1, len(items)) + n8nItemsHint, action: actDeadLetter}
+		}
+	}
+	if replies == nil {
+		replies = []json.RawMessage{}
+	}
+	return replies, nil
+}
+
+// checkReplies checks a handler's replies as WhatsApp will and returns them
+// as one JSON array.
+func checkReplies(replies []json.RawMessage) (json.RawMessage, error) {
 	if len(replies) > MaxReplies {
 		return nil, &failure{msg: fmt.Sprintf("handler answered %d replies; at most %d", len(replies), MaxReplies), action: actDeadLetter}
 	}
