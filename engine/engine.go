@@ -166,6 +166,8 @@ func translate(err error, doing string) error {
 		return &Error{Code: CodeNotFound, Message: "not found", Err: err}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return &Error{Code: CodeUnavailable, Message: "request cancelled", Err: err}
+	case ordosql.Unavailable(err):
+		return &Error{Code: CodeUnavailable, Message: DatabaseUnavailable, Err: fmt.Errorf("%s: %w", doing, err)}
 	}
 	return &Error{Code: CodeInternal, Message: "internal error", Err: fmt.Errorf("%s: %w", doing, err)}
 }

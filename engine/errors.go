@@ -24,6 +24,10 @@ const (
 	CodeInternal    Code = "internal"
 )
 
+// DatabaseUnavailable is what a request that needed the database is told
+// while Postgres cannot be reached (503, with Retry-After).
+const DatabaseUnavailable = "the database is unavailable; nothing was stored, try again shortly"
+
 // Error is ordo's one error type for things a user is told. Message is safe to
 // show; Err, the cause, is for logs only.
 type Error struct {

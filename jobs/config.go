@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ordo-dev/ordo/jobs/metrics"
+	"github.com/ordo-dev/ordo/jobs/outage"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -146,6 +147,11 @@ type Config struct {
 	// Events tunes the delivery of tenant events (events.go); its fields
 	// default one by one.
 	Events EventsConfig
+	// Database is Postgres's state as this process sees it (outage.Watch):
+	// while it is unreachable every loop of the runner backs off together
+	// and logs nothing but its going and its return. Shared with the web
+	// layer by cmd. Default: a watch of the runner's own.
+	Database *outage.Watch
 }
 
 // PruneIntervalDefault and PruneBatchDefault are Config's pruning defaults.

@@ -160,9 +160,9 @@ func (d *Drainer) drain(ctx context.Context, s *session, st convState, runner st
 		// worker at the boundary, not after one more message (its p99 in
 		// `make bench` noisy was two provider answers, not one).
 		r.goOn = func() bool { return within(n+1) && !sliceOver(false) }
-		out, err := r.message(ctx, m, steps)
-		if err != nil {
-			return ended{}, r.stop(err)
+		out, merr := r.message(ctx, m, steps)
+		if merr != nil {
+			return ended{}, r.stop(merr)
 		}
 		switch out.kind {
 		case outcomeDone:

@@ -41,6 +41,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/ordo-dev/ordo/jobs/outage"
+	ordosql "github.com/ordo-dev/ordo/sql"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -357,6 +359,7 @@ type eventsDispatcher struct {
 	cfg    EventsConfig
 	pool   *pgxpool.Pool
 	client *river.Client[pgx.Tx]
+	db     *outage.Watch
 	logger *slog.Logger
 }
 
@@ -364,7 +367,7 @@ func (d *eventsDispatcher) loop(ctx context.Context) {
 	t := time.NewTicker(d.cfg.PollInterval)
 	defer t.Stop()
 	for {
-		if err := d.dispatch(ctx); err != nil && ctx.Err() == nil {
+		if err := d.dispatch(ctx); err != nil && ctx.Err() == nil && !d.db.Report(err, ordosql.Unavailable) {
 			d.logger.WarnContext(ctx, "dispatch events", slog.String("error", err.Error()))
 		}
 		select {

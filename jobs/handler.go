@@ -47,9 +47,10 @@ type handlerAnswer struct {
 // tenant's handler_mode: sync, the replies are in the answer (a 202 makes
 // this message async); async, any 2xx means the replies will be posted;
 // notify, any 2xx is done. A tenant without a handler keeps its inbound
-// messages and answers nothing. 5xx, 404, 408, 410, 429 and connection
-// errors are retried; a timeout is not (timedOut); other 4xx and malformed
-// answers are permanent.
+// messages and answers nothing. A handler not there (connection errors,
+// 404, 410, 502-504) makes its tenant unreachable; 500, 408 and 429 are
+// retried; a timeout is not (timedOut); other 4xx and malformed answers
+// are permanent.
 func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error) {
 	none := handlerAnswer{replies: json.RawMessage("[]")}
 	if r.tenant.HandlerURL == "" {
@@ -78,7 +79,7 @@ func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error)
 	resp, err := r.d.handlers.Do(req)
 	if err != nil {
 		if cause := redactURL(err); cause != "timeout" {
-			return handlerAnswer{}, &failure{msg: "handler unreachable: " + cause + handlerDown}
+			return handlerAnswer{}, &failure{msg: "handler unreachable: " + cause + handlerDown, action: actUnreachable}
 		}
 		return handlerAnswer{}, r.timedOut(ctx)
 	}
@@ -92,7 +93,10 @@ func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error)
 		// n8n answers 404 "webhook … is not registered" while it restarts
 		// and while the workflow is switched off for an edit: retried, not
 		// a reason to halt every conversation that gets a message meanwhile.
-		return handlerAnswer{}, &failure{msg: "handler answered " + strconv.Itoa(code) + handlerDown + " (and its Webhook node's path the handler URL's?)", retryAfter: retryAfter(resp.Header.Get("Retry-After"))}
+		return handlerAnswer{}, &failure{msg: "handler answered " + strconv.Itoa(code) + handlerDown + " (and its Webhook node's path the handler URL's?)", action: actUnreachable}
+	case code == http.StatusBadGateway, code == http.StatusServiceUnavailable, code == http.StatusGatewayTimeout:
+		// The proxy in front of the handler has nothing behind it.
+		return handlerAnswer{}, &failure{msg: "handler answered " + strconv.Itoa(code) + handlerDown, action: actUnreachable}
 	case code >= 500:
 		return handlerAnswer{}, &failure{msg: "handler answered " + strconv.Itoa(code) + handlerDown, retryAfter: retryAfter(resp.Header.Get("Retry-After"))}
 	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:

@@ -56,8 +56,6 @@ func TestHandlerAnswersAsN8nGivesThem(t *testing.T) {
 			}
 			return 200, `{"replies":[{"type":"text","text":{"body":"after restart"}}]}`
 		}, wantSent: []string{"after restart"}, wantCalls: 3},
-		{name: "workflow off for good: 404 until attempts run out", answer: func(int) (int, string) { return 404, `` },
-			wantDead: "is the n8n workflow active", wantCalls: 3},
 		{name: "a redirect is not followed", answer: func(int) (int, string) { return 302, `` }, wantDead: "redirects are not followed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ordo-dev/ordo/jobs/outage"
+	ordosql "github.com/ordo-dev/ordo/sql"
 )
 
 // pruneLockKey is the second key of the advisory lock the pruner takes (the
@@ -52,6 +54,7 @@ func (c *PruneCounts) add(o PruneCounts) {
 type Pruner struct {
 	pool   *pgxpool.Pool
 	batch  int
+	db     *outage.Watch // nil: errors are logged as they come
 	logger *slog.Logger
 }
 
@@ -75,7 +78,7 @@ func (p *Pruner) loop(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 			n, err := p.Once(ctx)
-			if err != nil && ctx.Err() == nil {
+			if err != nil && ctx.Err() == nil && !p.db.Report(err, ordosql.Unavailable) {
 				p.logger.WarnContext(ctx, "prune messages", slog.String("error", err.Error()))
 			} else if n.Messages > 0 {
 				p.logger.InfoContext(ctx, "pruned messages past retention",

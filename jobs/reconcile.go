@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ordo-dev/ordo/jobs/outage"
+	ordosql "github.com/ordo-dev/ordo/sql"
 )
 
 // orphanQuery finds conversations with work but no row in the ready set,
@@ -29,6 +31,7 @@ const ensureDrain = `SELECT ordo.ensure_drain($1)`
 type reconciler struct {
 	pool     *pgxpool.Pool
 	interval time.Duration
+	db       *outage.Watch
 	logger   *slog.Logger
 }
 
@@ -36,7 +39,7 @@ func (r *reconciler) loop(ctx context.Context) {
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
 	for {
-		if n, err := r.once(ctx); err != nil && ctx.Err() == nil {
+		if n, err := r.once(ctx); err != nil && ctx.Err() == nil && !r.db.Report(err, ordosql.Unavailable) {
 			r.logger.WarnContext(ctx, "reconcile orphaned conversations", slog.String("error", err.Error()))
 		} else if n > 0 {
 			r.logger.WarnContext(ctx, "re-scheduled conversations that had work and no drain", slog.Int("count", n))

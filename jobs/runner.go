@@ -16,6 +16,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/ordo-dev/ordo/jobs/outage"
+	ordosql "github.com/ordo-dev/ordo/sql"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -90,6 +92,9 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Database == nil {
+		cfg.Database = outage.NewWatch("postgres", outage.Config{}, logger)
+	}
 	// Runners: one per worker, and as many again as the room may be
 	// overdrawn for urgent tenants (takeRoom): with every worker's runner
 	// in a campaign's drains, someone must be there to claim for them.
@@ -109,9 +114,9 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		pool:       pool,
 		queue:      "ordo-run-" + hex.EncodeToString(id[:]),
 		drainer:    newDrainer(cfg, pool, ts, vault, logger),
-		sched:      newScheduler(pool, cfg.FetchPollInterval, cfg.RefreshMin, runners, logger),
-		reconciler: &reconciler{pool: pool, interval: cfg.OrphanInterval, logger: logger},
-		pruner:     NewPruner(pool, cfg.PruneBatch, logger),
+		sched:      newScheduler(pool, cfg.FetchPollInterval, cfg.RefreshMin, runners, cfg.Database, logger),
+		reconciler: &reconciler{pool: pool, interval: cfg.OrphanInterval, db: cfg.Database, logger: logger},
+		pruner:     &Pruner{pool: pool, batch: cfg.PruneBatch, db: cfg.Database, logger: logger},
 		interval:   cfg.PruneInterval,
 		topUp:      make(chan struct{}, 1),
 		room:       newRoom(cfg.Workers, overdraftFor(cfg.Workers)),
@@ -142,13 +147,16 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		CompletedJobRetentionPeriod: CompletedJobRetention,
 		CancelledJobRetentionPeriod: CancelledJobRetention,
 		DiscardedJobRetentionPeriod: DiscardedJobRetention,
-		Logger:                      logger.With(slog.String("component", "river")),
+		// River's own loops retry against a database that is away as
+		// often as ordo's would; their warnings then say nothing the
+		// watch's two lines do not (outage.go).
+		Logger: slog.New(outage.QuietHandler{Handler: logger.Handler(), Watch: cfg.Database}).With(slog.String("component", "river")),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
 	}
 	r.client = client
-	r.dispatcher = &eventsDispatcher{cfg: cfg.Events, pool: pool, client: client, logger: logger}
+	r.dispatcher = &eventsDispatcher{cfg: cfg.Events, pool: pool, client: client, db: cfg.Database, logger: logger}
 	return r, nil
 }
 
@@ -191,7 +199,7 @@ func (r *Runner) keepRunners(ctx context.Context) {
 	t := time.NewTicker(topUpInterval)
 	defer t.Stop()
 	for {
-		if err := r.addRunners(ctx); err != nil && ctx.Err() == nil {
+		if err := r.addRunners(ctx); err != nil && ctx.Err() == nil && !r.cfg.Database.Report(err, ordosql.Unavailable) {
 			r.logger.WarnContext(ctx, "start runner jobs", slog.String("error", err.Error()))
 		}
 		select {
@@ -318,7 +326,9 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 			c, err := r.pool.Acquire(ctx)
 			if err != nil {
 				r.room.give(room)
-				r.logger.WarnContext(ctx, "runner: acquire a connection", slog.String("error", err.Error()))
+				if !r.cfg.Database.Report(err, ordosql.Unavailable) {
+					r.logger.WarnContext(ctx, "runner: acquire a connection", slog.String("error", err.Error()))
+				}
 				r.sched.pause(ctx)
 				continue
 			}
@@ -341,7 +351,9 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 			held = nil
 			drop(false)
 			if ctx.Err() == nil {
-				r.logger.WarnContext(ctx, "claim a conversation", slog.Int64("tenant_id", t.tenant), slog.String("error", err.Error()))
+				if !r.cfg.Database.Report(err, ordosql.Unavailable) {
+					r.logger.WarnContext(ctx, "claim a conversation", slog.Int64("tenant_id", t.tenant), slog.String("error", err.Error()))
+				}
 				r.sched.pause(ctx)
 			}
 			continue

@@ -11,6 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordo-dev/ordo/jobs/outage"
+	ordosql "github.com/ordo-dev/ordo/sql"
 )
 
 // The scheduler decides which tenant a worker process's next free runner
@@ -90,6 +93,7 @@ type turn struct {
 
 type scheduler struct {
 	pool       *pgxpool.Pool
+	db         *outage.Watch
 	poll       time.Duration
 	refreshMin time.Duration
 	logger     *slog.Logger
@@ -139,8 +143,8 @@ type scheduler struct {
 
 // newScheduler builds the scheduler of a process whose runners number
 // runners.
-func newScheduler(pool *pgxpool.Pool, poll, refreshMin time.Duration, runners int, logger *slog.Logger) *scheduler {
-	return &scheduler{pool: pool, poll: poll, refreshMin: refreshMin, logger: logger, stale: true, maxWakeups: runners,
+func newScheduler(pool *pgxpool.Pool, poll, refreshMin time.Duration, runners int, db *outage.Watch, logger *slog.Logger) *scheduler {
+	return &scheduler{pool: pool, db: db, poll: poll, refreshMin: refreshMin, logger: logger, stale: true, maxWakeups: runners,
 		dueAt: map[int64]time.Time{}, pickedAt: map[int64]time.Time{}, known: map[int64]turn{}, blocked: map[int64]time.Time{}, running: map[int64]int{}}
 }
 
@@ -351,7 +355,7 @@ func (s *scheduler) pick(ctx context.Context) (turn, bool) {
 	}
 	if s.pos >= len(s.round) {
 		if err := s.newRound(ctx); err != nil {
-			if ctx.Err() == nil {
+			if ctx.Err() == nil && !s.db.Down() {
 				s.logger.WarnContext(ctx, "read tenants with due conversations", slog.String("error", err.Error()))
 			}
 			return turn{}, false
@@ -418,6 +422,7 @@ func (s *scheduler) newRound(ctx context.Context) error {
 	rows, err := s.pool.Query(ctx, ActiveTenantsQuery)
 	if err != nil {
 		s.round = s.round[:0]
+		s.db.Report(err, ordosql.Unavailable)
 		return err
 	}
 	round := s.round[:0]
@@ -447,6 +452,7 @@ func (s *scheduler) newRound(ctx context.Context) error {
 	if len(round) > 0 {
 		s.left = round[0].weight
 	}
+	s.db.Report(err, ordosql.Unavailable)
 	return err
 }
 
@@ -456,12 +462,13 @@ func (s *scheduler) newRound(ctx context.Context) error {
 // pick, say — ends it at once.
 func (s *scheduler) wait(ctx context.Context) {
 	s.mu.Lock()
-	if s.wakeups > 0 {
+	backoff := s.db.Wait() // Postgres away: everyone waits it out
+	if s.wakeups > 0 && backoff == 0 {
 		s.wakeups--
 		s.mu.Unlock()
 		return
 	}
-	d := max(min(time.Until(s.nextDue), s.poll), time.Millisecond)
+	d := max(min(time.Until(s.nextDue), s.poll), time.Millisecond, backoff)
 	w := make(chan struct{})
 	s.waiters = append(s.waiters, w)
 	s.mu.Unlock()
@@ -486,10 +493,11 @@ func (s *scheduler) wait(ctx context.Context) {
 	maps.DeleteFunc(s.blocked, func(_ int64, at time.Time) bool { return now.Sub(at) >= s.poll })
 }
 
-// pause waits the poll interval, or until ctx ends, whatever wakes other
-// runners: after an error, trying again at once would fail again.
+// pause waits the poll interval (or Postgres's backoff while it is away),
+// or until ctx ends, whatever wakes other runners: after an error, trying
+// again at once would fail again.
 func (s *scheduler) pause(ctx context.Context) {
-	t := time.NewTimer(s.poll)
+	t := time.NewTimer(max(s.poll, s.db.Wait()))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -505,11 +513,10 @@ func (s *scheduler) listen(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		s.logger.WarnContext(ctx, "listen for due conversations; polling meanwhile", slog.String("error", err.Error()))
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
+		if !s.db.Report(err, ordosql.Unavailable) {
+			s.logger.WarnContext(ctx, "listen for due conversations; polling meanwhile", slog.String("error", err.Error()))
 		}
+		_ = s.db.Sleep(ctx, time.Second)
 	}
 }
 

@@ -19,9 +19,6 @@ import (
 // ("ordo"), keeping them apart from River's and an application's own locks.
 const lockNamespace = 0x6f72646f
 
-// errLockBusy: another drain holds the conversation.
-var errLockBusy = errors.New("conversation is locked by another drain")
-
 // ErrFenced is returned by a write of a drain that lost its conversation: a
 // newer drain took over (bumped the fence) and the write was rolled back.
 var ErrFenced = errors.New("stale fencing token: another drain owns the conversation")
@@ -149,6 +146,7 @@ SELECT u.fence, u.head_seq, u.last_seq, u.halted, u.tenant_id, u.conversation_id
        t.slug, t.name, COALESCE(t.handler_url, ''), t.on_dead_letter, t.ambiguous, t.max_attempts,
        t.send_rate, t.pair_gap_ms, t.sending_paused_at, COALESCE(t.sending_paused_reason, ''), t.created_at,
        t.handler_mode, t.handler_timeout_ms, t.reply_deadline_ms, COALESCE(t.events_url, ''), t.weight, t.max_concurrency,
+       t.handler_down_since, t.handler_outage_limit_ms,
        cr.updated_at,
        CASE WHEN u.fence IS NOT NULL THEN set_config('ordo.fence', u.fence::text, true) END
 FROM (SELECT 1) one LEFT JOIN u ON true
@@ -195,6 +193,8 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t turn, lease int64, 
 		events  *string
 		weight  *int
 		maxConc *int
+		hDown   *time.Time
+		hLimit  *int64
 	)
 	var relTenant *int64
 	var relSlot *int
@@ -217,7 +217,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t turn, lease int64, 
 	b.Queue(openQuery, lease).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&fence, &head, &last, &halted, &tenant, &convID,
 			&slug, &name, &handler, &onDead, &ambig, &maxAtt, &rate, &gap, &paused, &reason, &created,
-			&mode, &hto, &rdl, &events, &weight, &maxConc, &st.credentialAt, nil)
+			&mode, &hto, &rdl, &events, &weight, &maxConc, &hDown, &hLimit, &st.credentialAt, nil)
 	})
 	// The first message is read — and its first step started, when it can —
 	// in the same round trip and transaction.
@@ -247,7 +247,8 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t turn, lease int64, 
 	if slug != nil {
 		st.tenant = tenants.Tenant{ID: *tenant, Slug: *slug, Name: *name, HandlerURL: *handler, OnDeadLetter: *onDead, Ambiguous: *ambig,
 			MaxAttempts: *maxAtt, SendRate: *rate, PairGapMS: *gap, SendingPausedAt: paused, SendingPausedReason: *reason, CreatedAt: *created,
-			HandlerMode: *mode, HandlerTimeoutMS: *hto, ReplyDeadlineMS: *rdl, EventsURL: *events, Weight: *weight, MaxConcurrency: *maxConc}
+			HandlerMode: *mode, HandlerTimeoutMS: *hto, ReplyDeadlineMS: *rdl, EventsURL: *events, Weight: *weight, MaxConcurrency: *maxConc,
+			HandlerDownSince: hDown, HandlerOutageLimitMS: *hLimit}
 	}
 	return s, st, true, nil
 }

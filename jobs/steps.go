@@ -56,6 +56,8 @@ type run struct {
 	credentialAt   *time.Time // the credential row's updated_at, read on takeover
 	secret         []byte
 	auth           *tenants.HandlerAuth // the tenant's handler auth; nil: none
+	// probing: this run holds the probe of the tenant's unreachable handler.
+	probing bool
 	// goOn says, when the current message's last write is built, whether
 	// the run goes on to the next message: that write then reads (and may
 	// start) it. prefetched: the message in hand was read so.
@@ -144,12 +146,13 @@ func (r *run) message(ctx context.Context, m message, steps []step) (outcome, er
 type action int
 
 const (
-	actRetry      action = iota // retry after backoff (a provider's Retry-After wins)
-	actThrottle                 // retry after backoff and slow the whole phone number as long
-	actPairRate                 // retry this conversation after 4^X PairRateUnit; others go on
-	actAmbiguous                // the effect may have happened: settle before any resend
-	actDeadLetter               // permanent: dead-letter now
-	actPause                    // the tenant's credential or account is bad: pause its sending
+	actRetry       action = iota // retry after backoff (a provider's Retry-After wins)
+	actThrottle                  // retry after backoff and slow the whole phone number as long
+	actPairRate                  // retry this conversation after 4^X PairRateUnit; others go on
+	actAmbiguous                 // the effect may have happened: settle before any resend
+	actDeadLetter                // permanent: dead-letter now
+	actPause                     // the tenant's credential or account is bad: pause its sending
+	actUnreachable               // the handler is not there: the tenant's handler is unreachable (reachability.go)
 )
 
 // failure is a step attempt's error and what it leads to.
@@ -209,6 +212,11 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 			return out, err
 		}
 	}
+	if st.kind == "handle" && r.tenant.HandlerURL != "" && r.handlerOutage() {
+		if out, ok, err := r.probeHandler(ctx, st); err != nil || !ok {
+			return out, err
+		}
+	}
 	if !st.started {
 		if out, ok, err := r.ready(ctx, m, st, last); err != nil || !ok {
 			return out, err
@@ -251,6 +259,10 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 	}
 	cancel()
 	r.d.cfg.Metrics.Call(st.kind, time.Since(callStart), err)
+	var f *failure
+	if st.kind == "handle" && (err == nil || errors.As(err, &f) && f.action != actUnreachable) {
+		r.handlerAnswered(ctx)
+	}
 	if r.d.hooks.afterEffect != nil {
 		r.d.hooks.afterEffect(st.id)
 	}
@@ -532,6 +544,8 @@ func (r *run) failed(ctx context.Context, m message, st *step, f *failure) (outc
 		return r.pauseSending(ctx, st, f.msg, entry)
 	case f.action == actDeadLetter:
 		return r.deadLetter(ctx, m, st, f.msg, entry)
+	case f.action == actUnreachable && (r.handlerOutage() || r.tenant.HandlerDownSince == nil):
+		return r.handlerUnreachable(ctx, st, f)
 	case f.action != actAmbiguous && st.attempts >= r.tenant.MaxAttempts:
 		// An ambiguous send is settled first (it may have gone out).
 		return r.deadLetter(ctx, m, st, "attempts exhausted ("+strconv.Itoa(st.attempts)+"): "+f.msg, entry)

@@ -53,22 +53,3 @@ func riverDown(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	return nil
 }
-
-// riverVersions is the newest River migration applied (0 for none) and the
-// newest this binary carries.
-func riverVersions(ctx context.Context, pool *pgxpool.Pool) (applied, latest int, err error) {
-	m, err := riverMigrator(pool)
-	if err != nil {
-		return 0, 0, err
-	}
-	all := m.AllVersions()
-	latest = all[len(all)-1].Version
-	existing, err := m.ExistingVersions(ctx)
-	if err != nil {
-		return 0, latest, fmt.Errorf("read river's migrations: %w", err)
-	}
-	if len(existing) > 0 {
-		applied = existing[len(existing)-1].Version
-	}
-	return applied, latest, nil
-}

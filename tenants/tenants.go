@@ -80,6 +80,19 @@ type Tenant struct {
 	ReplyDeadlineMS int `json:"reply_deadline_ms"`
 	// EventsURL receives the tenant's events (message.sent, …); empty: none.
 	EventsURL string `json:"events_url"`
+	// HandlerDownSince is set while the tenant's handler is unreachable
+	// (refused connections, DNS failures, 404/410, 502/503/504): its
+	// conversations that need the handler wait, one probe at a time looks
+	// for it, and they go on in order when it answers.
+	HandlerDownSince *time.Time `json:"handler_down_since,omitempty"`
+	// HandlerDownReason is the last probe's failure while the handler is
+	// unreachable.
+	HandlerDownReason string `json:"handler_down_reason,omitempty"`
+	// HandlerOutageLimitMS is how long the handler may be unreachable before
+	// its messages are retried and dead-lettered as usual, in milliseconds;
+	// HandlerOutageLimitDefault unless changed (Meta retries its webhooks
+	// for about as long).
+	HandlerOutageLimitMS int64 `json:"handler_outage_limit_ms"`
 }
 
 // Redacted returns t with any password in its URLs replaced by "xxxxx":
@@ -106,12 +119,16 @@ const (
 	HandlerModeDefault    = "sync"
 	HandlerTimeoutDefault = 120 * time.Second
 	ReplyDeadlineDefault  = 10 * time.Minute
+	// HandlerOutageLimitDefault is how long a tenant's handler may be
+	// unreachable before its messages are dead-lettered.
+	HandlerOutageLimitDefault = 24 * time.Hour
 )
 
 // tenantColumns is what every read of a tenant selects, in scanTenant's order.
 const tenantColumns = `id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
        sending_paused_at, COALESCE(sending_paused_reason, ''), created_at, extract(epoch FROM retention)::bigint,
-       weight, max_concurrency, handler_mode, handler_timeout_ms, reply_deadline_ms, COALESCE(events_url, ''), retry_timeouts`
+       weight, max_concurrency, handler_mode, handler_timeout_ms, reply_deadline_ms, COALESCE(events_url, ''),
+       handler_down_since, COALESCE(handler_down_reason, ''), handler_outage_limit_ms, retry_timeouts`
 
 // Querier is what a write runs on: the pool, or a caller's transaction
 // (sql.Querier).
@@ -264,6 +281,8 @@ type UpdateParams struct {
 	ReplyDeadlineMS *int
 	// EventsURL, if set, replaces the events URL; "" removes it.
 	EventsURL *string
+	// HandlerOutageLimitMS, if set, is 60000 (1 min)..604800000 (7 days).
+	HandlerOutageLimitMS *int64
 	// RetryTimeouts, if set, says whether a sync handler call that timed
 	// out is made again.
 	RetryTimeouts *bool
@@ -284,6 +303,9 @@ func (p UpdateParams) validate() error {
 	}
 	if p.ReplyDeadlineMS != nil && (*p.ReplyDeadlineMS < 1000 || *p.ReplyDeadlineMS > 86400000) {
 		return invalid("reply_deadline", "must be between 1s and 24h")
+	}
+	if p.HandlerOutageLimitMS != nil && (*p.HandlerOutageLimitMS < 60000 || *p.HandlerOutageLimitMS > 604800000) {
+		return invalid("handler_outage_limit", "must be between 1m and 168h")
 	}
 	if p.EventsURL != nil {
 		if err := validateURL("events_url", *p.EventsURL); err != nil {
@@ -339,7 +361,8 @@ UPDATE ordo.tenants SET
     handler_timeout_ms = COALESCE($13::int, handler_timeout_ms),
     reply_deadline_ms  = COALESCE($14::int, reply_deadline_ms),
     events_url         = CASE WHEN $15::text IS NULL THEN events_url ELSE NULLIF($15::text, '') END,
-    retry_timeouts     = COALESCE($16::boolean, retry_timeouts)
+    handler_outage_limit_ms = COALESCE($16::bigint, handler_outage_limit_ms),
+    retry_timeouts     = COALESCE($17::boolean, retry_timeouts)
 WHERE slug = $1
 RETURNING ` + tenantColumns
 
@@ -355,7 +378,7 @@ func (s *Store) UpdateTx(ctx context.Context, q Querier, slug string, p UpdatePa
 	}
 	t, err := scanTenant(q.QueryRow(ctx, updateTenant,
 		slug, p.HandlerURL, p.Name, p.OnDeadLetter, p.Ambiguous, p.MaxAttempts, p.SendRate, p.PairGapMS, p.Retention.seconds(),
-		p.Weight, p.MaxConcurrency, p.HandlerMode, p.HandlerTimeoutMS, p.ReplyDeadlineMS, p.EventsURL, p.RetryTimeouts))
+		p.Weight, p.MaxConcurrency, p.HandlerMode, p.HandlerTimeoutMS, p.ReplyDeadlineMS, p.EventsURL, p.HandlerOutageLimitMS, p.RetryTimeouts))
 	if err != nil {
 		return Tenant{}, fmt.Errorf("update tenant %q: %w", slug, notFound(err))
 	}
@@ -402,7 +425,7 @@ func (s *Store) ResumeSendingTx(ctx context.Context, q Querier, slug string) (re
 // so drains wait on it the same way and ordo.resume_sending lifts it. Only
 // the tenant row is locked (sql/LOCKING.md level 1).
 const pauseSending = `
-WITH t AS (SELECT id, sending_paused_at IS NULL AS running FROM ordo.tenants WHERE slug = $1 FOR UPDATE)
+WITH t AS (SELECT id, sending_paused_at IS NULL AS running FROM ordo.tenants WHERE slug = $1 FOR NO KEY UPDATE)
 UPDATE ordo.tenants SET sending_paused_at = now(), sending_paused_reason = $2
 FROM t WHERE ordo.tenants.id = t.id AND t.running
 RETURNING true`
@@ -498,7 +521,8 @@ func scanTenant(row pgx.Row) (Tenant, error) {
 	var retention int64
 	err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.HandlerURL, &t.OnDeadLetter, &t.Ambiguous, &t.MaxAttempts,
 		&t.SendRate, &t.PairGapMS, &t.SendingPausedAt, &t.SendingPausedReason, &t.CreatedAt, &retention,
-		&t.Weight, &t.MaxConcurrency, &t.HandlerMode, &t.HandlerTimeoutMS, &t.ReplyDeadlineMS, &t.EventsURL, &t.RetryTimeouts)
+		&t.Weight, &t.MaxConcurrency, &t.HandlerMode, &t.HandlerTimeoutMS, &t.ReplyDeadlineMS, &t.EventsURL,
+		&t.HandlerDownSince, &t.HandlerDownReason, &t.HandlerOutageLimitMS, &t.RetryTimeouts)
 	t.Retention = Retention(time.Duration(retention) * time.Second)
 	return t, err
 }

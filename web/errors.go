@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ordo-dev/ordo/engine"
+	ordosql "github.com/ordo-dev/ordo/sql"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -44,6 +45,8 @@ func asEngineError(err error) *engine.Error {
 	}
 	var inv *tenants.InvalidError
 	switch {
+	case ordosql.Unavailable(err):
+		return &engine.Error{Code: engine.CodeUnavailable, Message: engine.DatabaseUnavailable, Err: err}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return &engine.Error{Code: engine.CodeUnavailable, Message: "request cancelled or timed out", Err: err}
 	case errors.As(err, &inv):
@@ -62,12 +65,20 @@ func asEngineError(err error) *engine.Error {
 // nothing about internals, which go to the log instead.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	e := asEngineError(err)
+	if e.Code == engine.CodeInternal && ordosql.Unavailable(e.Err) {
+		e = &engine.Error{Code: engine.CodeUnavailable, Message: engine.DatabaseUnavailable, Err: err}
+	}
+	if e.Message == engine.DatabaseUnavailable {
+		// A client that retries comes back after the workers' own backoff
+		// (outage.BackoffMaxDefault), not in a tight loop.
+		w.Header().Set("Retry-After", "5")
+	}
 	status, ok := statuses[e.Code]
 	if !ok {
 		status = http.StatusInternalServerError
 	}
 	msg := e.Message
-	if status >= 500 {
+	if status >= 500 && e.Message != engine.DatabaseUnavailable { // an outage is logged once, by its watch
 		s.logger.ErrorContext(r.Context(), "request failed", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
 		if e.Code == engine.CodeInternal {
 			msg = "internal error"

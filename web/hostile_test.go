@@ -59,8 +59,7 @@ func stored(t *testing.T, b *jobstest.Bundle) string {
 	for _, table := range []string{"ordo.messages", "ordo.conversations", "ordo.steps", "ordo.ready", "ordo.dead_letters", "ordo.sandbox_sends"} {
 		parts = append(parts, fmt.Sprintf("%s=%d", table, b.Count(`SELECT count(*) FROM `+table)))
 	}
-	var statuses int
-	statuses = b.Count(`SELECT count(*) FROM ordo.steps WHERE provider_status IS NOT NULL`)
+	statuses := b.Count(`SELECT count(*) FROM ordo.steps WHERE provider_status IS NOT NULL`)
 	return strings.Join(parts, " ") + fmt.Sprintf(" statuses=%d", statuses)
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	ordosql "github.com/ordo-dev/ordo/sql"
 )
 
 // ReadyTimeout bounds /readyz's database check.
@@ -46,8 +47,11 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), ReadyTimeout)
 	defer cancel()
-	if err := s.engine.Ready(ctx); err != nil {
+	err := s.engine.Ready(ctx)
+	if !s.cfg.Database.Report(err, ordosql.Unavailable) && err != nil {
 		s.logger.WarnContext(ctx, "not ready", slog.String("error", err.Error()))
+	}
+	if err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
 		return
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ordo-dev/ordo/engine"
 	"github.com/ordo-dev/ordo/jobs/metrics"
+	"github.com/ordo-dev/ordo/jobs/outage"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -47,6 +48,10 @@ const AdminPasswordMinLength = 12
 
 // Config tunes the HTTP server. Zero values take the defaults named per field.
 type Config struct {
+	// Database is Postgres's state as this process sees it, shared with
+	// the workers (outage.Watch): /readyz reports to it and logs only what
+	// is not an outage. Default nil: every failed probe is logged.
+	Database *outage.Watch
 	// MaxBodyBytes limits a REST request body, read only once the API key is
 	// known. Default MaxBodyBytesDefault (1 MiB).
 	MaxBodyBytes int64

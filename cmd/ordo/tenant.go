@@ -16,7 +16,7 @@ import (
 const tenantUsage = "ordo tenant create --slug S [--name N] [--handler-url U] | " +
 	"update --slug S [--handler-url U] [--name N] [--on-dead-letter halt|skip] [--ambiguous reconcile|resend] [--max-attempts N] " +
 	"[--send-rate N] [--pair-gap D] [--retention 30d|0] [--weight W] [--max-concurrency N] " +
-	"[--handler-mode sync|async|notify] [--handler-timeout D] [--reply-deadline D] [--retry-timeouts[=false]] [--events-url U] | pause --slug S [--reason R] | resume --slug S | list"
+	"[--handler-mode sync|async|notify] [--handler-timeout D] [--reply-deadline D] [--events-url U] [--handler-outage-limit D] [--retry-timeouts[=false]] | pause --slug S [--reason R] | resume --slug S | list"
 
 // runTenant is `ordo tenant create|update|pause|resume|list`.
 func runTenant(ctx context.Context, env *cli.Env, args []string) error {
@@ -96,6 +96,7 @@ func tenantUpdate(ctx context.Context, env *cli.Env, args []string) error {
 	handlerTimeout := fs.Duration("handler-timeout", 0, fmt.Sprintf("how long one handler call may take, 1s..10m (default %s)", tenants.HandlerTimeoutDefault))
 	replyDeadline := fs.Duration("reply-deadline", 0, fmt.Sprintf("how long an async handler has to post its replies, 1s..24h (default %s)", tenants.ReplyDeadlineDefault))
 	eventsURL := fs.String("events-url", "", `where the tenant's events are POSTed; "" removes it`)
+	outageLimit := fs.Duration("handler-outage-limit", 0, fmt.Sprintf("how long the handler may be unreachable (refusing connections, 404, 502-504) while its conversations wait, before messages are dead-lettered, 1m..168h (default %s)", tenants.HandlerOutageLimitDefault))
 	retryTimeouts := fs.Bool("retry-timeouts", false, "make a sync handler call that timed out again (default false: the workflow may still be running, and a retry runs it once more)")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
@@ -142,6 +143,9 @@ func tenantUpdate(ctx context.Context, env *cli.Env, args []string) error {
 			p.ReplyDeadlineMS = &ms
 		case "events-url":
 			p.EventsURL = eventsURL
+		case "handler-outage-limit":
+			ms := outageLimit.Milliseconds()
+			p.HandlerOutageLimitMS = &ms
 		case "retry-timeouts":
 			p.RetryTimeouts = retryTimeouts
 		}

@@ -31,6 +31,10 @@ type Options struct {
 	// Logger receives the engine's and the workers' logs; nil logs errors
 	// (everything with ORDO_TEST_LOG set) to stderr.
 	Logger *slog.Logger
+	// Through, if set, turns the fresh database's URL into the one the
+	// engine and the workers connect with (sqltest.NewProxy: a database a
+	// test can take away).
+	Through func(url string) string
 }
 
 // Bundle is a running engine.
@@ -63,6 +67,9 @@ func Setup(t testing.TB, o Options) *Bundle {
 	t.Helper()
 	ctx := context.Background()
 	url := sqltest.URL(t)
+	if o.Through != nil {
+		url = o.Through(url)
+	}
 	pool, err := pgxpool.New(ctx, url+"&pool_max_conns=40")
 	if err != nil {
 		t.Fatalf("pool: %v", err)

@@ -97,9 +97,9 @@ func (c Config) withDefaults() Config {
 func (c Config) validate() error {
 	switch {
 	case c.Dir == "":
-		return errors.New("Dir: required")
+		return errors.New("hacluster: Dir: required")
 	case c.Nodes < 2:
-		return errors.New("Nodes: at least 2 (a primary and a synchronous standby)")
+		return errors.New("hacluster: Nodes: at least 2 (a primary and a synchronous standby)")
 	case c.TTL < c.LoopWait+2*c.RetryTimeout:
 		return fmt.Errorf("TTL: at least LoopWait + 2×RetryTimeout (%s), as Patroni wants", c.LoopWait+2*c.RetryTimeout)
 	}

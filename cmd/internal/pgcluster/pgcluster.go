@@ -97,17 +97,17 @@ func (cfg Config) withDefaults() Config {
 
 func (cfg Config) validate() error {
 	if cfg.Dir == "" {
-		return errors.New("Dir: required")
+		return errors.New("pgcluster: Dir: required")
 	}
 	if cfg.Port < 0 || cfg.Port > 65535 {
-		return fmt.Errorf("Port: %d is not a TCP port", cfg.Port)
+		return fmt.Errorf("pgcluster: Port: %d is not a TCP port", cfg.Port)
 	}
 	for name, value := range cfg.Settings {
 		if !settingName.MatchString(name) {
-			return fmt.Errorf("Settings: %q is not a setting name", name)
+			return fmt.Errorf("pgcluster: Settings: %q is not a setting name", name)
 		}
 		if strings.ContainsAny(value, "\n\r\x00") {
-			return fmt.Errorf("Settings: %s: value holds a line break", name)
+			return fmt.Errorf("pgcluster: Settings: %s: value holds a line break", name)
 		}
 	}
 	return nil

@@ -21,6 +21,7 @@ import (
 	"github.com/ordo-dev/ordo/engine"
 	"github.com/ordo-dev/ordo/jobs"
 	"github.com/ordo-dev/ordo/jobs/metrics"
+	"github.com/ordo-dev/ordo/jobs/outage"
 	ordosql "github.com/ordo-dev/ordo/sql"
 	"github.com/ordo-dev/ordo/tenants"
 	"github.com/ordo-dev/ordo/web"
@@ -103,6 +104,9 @@ func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 	}
 	eng = engine.New(pool, log, engine.WithMetrics(m))
 	cfg.Jobs.Metrics, cfg.Web.Metrics = m, m
+	// One view of Postgres's state for the workers' loops and the API.
+	cfg.Jobs.Database = outage.NewWatch("postgres", outage.Config{}, log)
+	cfg.Web.Database = cfg.Jobs.Database
 	api := web.New(cfg.Web, eng, store, vault, log)
 
 	// Listen first: a taken port fails the start before any drain begins.

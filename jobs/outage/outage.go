@@ -1,0 +1,200 @@
+// Package outage treats a dependency that is down — Postgres, for a process
+// — as a state that every loop waits on, not as a failure of each attempt:
+// the first failure takes it down (one log line), every loop then backs off
+// together (capped, jittered), and the first success brings it back (one
+// log line). The policy is the pure [State]; [Watch] is the thin,
+// concurrent shell a process shares between its loops.
+package outage
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Defaults of Config's fields.
+const (
+	// BackoffMinDefault is the first wait after a dependency goes down.
+	BackoffMinDefault = 250 * time.Millisecond
+	// BackoffMaxDefault caps the wait: a dependency that returns is seen
+	// within about this long.
+	BackoffMaxDefault = 4 * time.Second
+)
+
+// Config shapes the backoff.
+type Config struct {
+	// BackoffMin is the first wait; doubled per failure up to BackoffMax.
+	// Default BackoffMinDefault.
+	BackoffMin time.Duration
+	// BackoffMax caps the wait. Default BackoffMaxDefault.
+	BackoffMax time.Duration
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.BackoffMin = cmp.Or(c.BackoffMin, BackoffMinDefault)
+	c.BackoffMax = cmp.Or(c.BackoffMax, BackoffMaxDefault)
+	return c
+}
+
+// State is a dependency's state: up, or down since Since with Failures
+// failed tries and the next try not before Next. Its methods are pure: the
+// clock and the jitter come in as arguments.
+type State struct {
+	Down     bool
+	Since    time.Time
+	Failures int
+	Next     time.Time
+}
+
+// Failed records a failed try at now. wentDown is true for the failure
+// that took the dependency down; the next try is due after the backoff
+// (jitter in [0, 1): its fraction added to half the exponential wait).
+func (s State) Failed(c Config, now time.Time, jitter float64) (next State, wentDown bool) {
+	if !s.Down {
+		s = State{Down: true, Since: now}
+		wentDown = true
+	}
+	s.Failures++
+	wait := c.BackoffMax
+	if s.Failures < 30 {
+		wait = min(c.BackoffMin<<(s.Failures-1), c.BackoffMax)
+	}
+	wait = wait/2 + time.Duration(jitter*float64(wait/2))
+	s.Next = now.Add(wait)
+	return s, wentDown
+}
+
+// Succeeded records a successful try: the dependency is up; cameBack is
+// true when it was down, for downFor.
+func (s State) Succeeded(now time.Time) (next State, cameBack bool, downFor time.Duration) {
+	if !s.Down {
+		return s, false, 0
+	}
+	return State{}, true, now.Sub(s.Since)
+}
+
+// Wait is how long a loop should wait at now before its next try: 0 while
+// the dependency is up.
+func (s State) Wait(now time.Time) time.Duration {
+	if !s.Down {
+		return 0
+	}
+	return max(s.Next.Sub(now), 0)
+}
+
+// Watch is one dependency's state shared by a process's loops. The zero
+// value is not usable; see NewWatch.
+type Watch struct {
+	name    string
+	cfg     Config
+	logger  *slog.Logger
+	now     func() time.Time
+	jitter  func() float64
+	mu      sync.Mutex
+	state   State
+	changed chan struct{} // closed and replaced when the dependency comes back
+}
+
+// NewWatch watches the dependency called name (in its two log lines).
+func NewWatch(name string, cfg Config, logger *slog.Logger) *Watch {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Watch{name: name, cfg: cfg.WithDefaults(), logger: logger, now: time.Now, jitter: rand.Float64, changed: make(chan struct{})}
+}
+
+// Report records the outcome of a try: err nil is a success; otherwise
+// down says whether err means the dependency is unreachable (a loop's own
+// errors are not the dependency's state). It logs the two transitions,
+// once each, and answers whether the dependency is down now.
+func (w *Watch) Report(err error, down func(error) bool) bool {
+	if w == nil {
+		return false
+	}
+	if err != nil && !down(err) {
+		return w.Down()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := w.now()
+	if err == nil {
+		next, back, downFor := w.state.Succeeded(now)
+		w.state = next
+		if back {
+			close(w.changed)
+			w.changed = make(chan struct{})
+			w.logger.Info(w.name+" is back", slog.Duration("down_for", downFor.Round(time.Millisecond)))
+		}
+		return false
+	}
+	next, wentDown := w.state.Failed(w.cfg, now, w.jitter())
+	w.state = next
+	if wentDown {
+		w.logger.Warn(w.name+" is unreachable; every loop waits for it", slog.String("error", err.Error()))
+	}
+	return true
+}
+
+// Down says whether the dependency is down.
+func (w *Watch) Down() bool {
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.state.Down
+}
+
+// Wait is how long a loop should wait before its next try (0: up).
+func (w *Watch) Wait() time.Duration {
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.state.Wait(w.now())
+}
+
+// Sleep waits out the backoff, or at least least, until ctx ends. It
+// returns ctx's error, if any.
+func (w *Watch) Sleep(ctx context.Context, least time.Duration) error {
+	t := time.NewTimer(max(w.Wait(), least))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// QuietHandler is a slog.Handler that drops warnings and errors while the
+// watched dependency is down: a library's loops (River's producer, elector
+// and notifier) retry against a database that is away and log each try;
+// the watch's two lines say all of it. Everything else passes.
+type QuietHandler struct {
+	slog.Handler
+	Watch *Watch
+}
+
+// Enabled drops warnings and errors while the dependency is down.
+func (h QuietHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	if l >= slog.LevelWarn && h.Watch.Down() {
+		return false
+	}
+	return h.Handler.Enabled(ctx, l)
+}
+
+// WithAttrs keeps the handler quiet.
+func (h QuietHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return QuietHandler{Handler: h.Handler.WithAttrs(as), Watch: h.Watch}
+}
+
+// WithGroup keeps the handler quiet.
+func (h QuietHandler) WithGroup(name string) slog.Handler {
+	return QuietHandler{Handler: h.Handler.WithGroup(name), Watch: h.Watch}
+}

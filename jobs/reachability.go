@@ -1,0 +1,146 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ordo-dev/ordo/jobs/metrics"
+)
+
+// A tenant's handler that does not answer — connection refused, a DNS
+// failure, n8n's 404 while it restarts or while the workflow is off, a
+// proxy's 502/503/504 — is a state of the tenant, not a failed attempt of
+// each message (contract: handler callback, Failures). The tenant row holds
+// it (handler_down_since, handler_probe_at); the transitions are SQL
+// functions, each in a transaction of its own on the tenant row:
+//
+//	reachable   --call fails unreachable-->  unreachable  (ordo.handler_down)
+//	unreachable --probe time, one caller-->  probing      (ordo.handler_probe)
+//	probing     --call fails unreachable-->  unreachable  (backoff doubles, ≤ HandlerProbeMax)
+//	probing     --any other answer------->  reachable    (ordo.handler_back: waiting conversations woken)
+//
+// While unreachable, a drain about to call the handler that does not get
+// the probe gives back its attempt, marks its conversation handler_wait and
+// parks it until the probe time: it holds no worker, burns no attempt and
+// dead-letters nothing. Past the tenant's handler_outage_limit_ms the
+// handler's failures count as attempts again, as any other failure.
+
+// HandlerProbeMax caps the time between two probes of an unreachable
+// handler: it answers again at most this long before delivery resumes.
+const HandlerProbeMax = time.Minute
+
+const (
+	handlerDownQuery  = `SELECT went_down, wait FROM ordo.handler_down($1, $2, $3)`
+	handlerProbeQuery = `SELECT go, wait FROM ordo.handler_probe($1, make_interval(secs => $2::float8 / 1000))`
+	handlerBackQuery  = `SELECT ordo.handler_back($1)`
+	// markHandlerWait marks the conversation as waiting for its tenant's
+	// handler (ordo.handler_back wakes those).
+	markHandlerWait = `UPDATE ordo.conversations SET handler_wait = true WHERE id = $1 AND fence = $2`
+)
+
+// handlerOutage says whether the tenant's handler is unreachable and its
+// outage is still within the tenant's limit: its calls are probes, and
+// their failures are waits rather than attempts.
+func (r *run) handlerOutage() bool {
+	down := r.tenant.HandlerDownSince
+	return down != nil && time.Since(*down) < time.Duration(r.tenant.HandlerOutageLimitMS)*time.Millisecond
+}
+
+// probeHandler is asked before a handle step's call while the tenant's
+// handler is unreachable: ok when this drain got the probe (or the handler
+// is back meanwhile) and may call; otherwise the conversation waits for
+// the handler, holding nothing.
+func (r *run) probeHandler(ctx context.Context, st *step) (out outcome, ok bool, err error) {
+	var (
+		probe bool
+		wait  *time.Duration
+	)
+	r.s.touch()
+	hold := r.handlerTimeout() + r.handlerTimeout()/10 + time.Second
+	if err := r.s.conn.QueryRow(ctx, handlerProbeQuery, r.tenant.ID, hold.Milliseconds()).Scan(&probe, &wait); err != nil {
+		return outcome{}, false, r.s.fail(fmt.Errorf("probe handler: %w", err))
+	}
+	if probe {
+		r.probing = true
+		return outcome{}, true, nil
+	}
+	// The prober wakes everyone when the handler answers
+	// (ordo.handler_back); until then the others look again only at the
+	// probe's latest pace, in case its prober died.
+	delay := HandlerProbeMax
+	if wait != nil {
+		delay = max(*wait, HandlerProbeMax)
+	}
+	out, err = r.waitForHandler(ctx, st, delay)
+	return out, false, err
+}
+
+// handlerUnreachable records that the handler did not answer the call of
+// st (f says how): the tenant's handler is unreachable (logged once, when
+// it goes), st gets its attempt back, and the conversation waits for the
+// next probe.
+func (r *run) handlerUnreachable(ctx context.Context, st *step, f *failure) (outcome, error) {
+	var (
+		wentDown bool
+		wait     time.Duration
+	)
+	// The tenant row in a transaction of its own, before the conversation's
+	// (sql/LOCKING.md).
+	r.s.touch()
+	if err := r.s.conn.QueryRow(ctx, handlerDownQuery, r.tenant.ID, f.msg, HandlerProbeMax.Milliseconds()).Scan(&wentDown, &wait); err != nil {
+		return outcome{}, r.s.fail(fmt.Errorf("record handler unreachable: %w", err))
+	}
+	if wentDown {
+		r.log.WarnContext(ctx, "tenant's handler unreachable: its conversations wait and one probe at a time looks for it",
+			slog.String("tenant", r.tenant.Slug), slog.String("reason", f.msg))
+	}
+	now := time.Now()
+	if r.tenant.HandlerDownSince == nil {
+		r.tenant.HandlerDownSince = &now
+	}
+	st.started = true // its attempt is given back
+	return r.waitForHandler(ctx, st, wait)
+}
+
+// waitForHandler gives back st's attempt, if this drain recorded one, and
+// parks the conversation until delay has passed or the handler is back.
+func (r *run) waitForHandler(ctx context.Context, st *step, delay time.Duration) (outcome, error) {
+	b := &pgx.Batch{}
+	if st.started && st.id != 0 {
+		b.Queue(unstartStep, st.id, []byte("[]"))
+	}
+	b.Queue(markHandlerWait, r.s.conv, r.s.fence)
+	if err := r.s.write(ctx, b); err != nil {
+		return outcome{}, err
+	}
+	if st.started {
+		st.started, st.status = false, "pending"
+		r.d.cfg.Metrics.Step(st.kind, metrics.StepWaiting)
+	}
+	return outcome{kind: outcomeWait, delay: delay}, nil
+}
+
+// handlerAnswered is called after any answer of the handler other than an
+// unreachable one while this run saw it unreachable (or probed it): the
+// handler is back, and the conversations that waited for it go on.
+func (r *run) handlerAnswered(ctx context.Context) {
+	if !r.probing && r.tenant.HandlerDownSince == nil {
+		return
+	}
+	r.probing, r.tenant.HandlerDownSince = false, nil
+	var back bool
+	r.s.touch()
+	if err := r.s.conn.QueryRow(ctx, handlerBackQuery, r.tenant.ID).Scan(&back); err != nil {
+		// The next probe finds it back instead.
+		r.log.WarnContext(ctx, "record handler back", slog.String("tenant", r.tenant.Slug), slog.String("error", err.Error()))
+		_ = r.s.fail(err)
+		return
+	}
+	if back {
+		r.log.InfoContext(ctx, "tenant's handler answers again: its waiting conversations go on", slog.String("tenant", r.tenant.Slug))
+	}
+}

@@ -1,0 +1,209 @@
+package jobs_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ordo-dev/ordo/engine"
+	"github.com/ordo-dev/ordo/jobs"
+	"github.com/ordo-dev/ordo/jobs/jobstest"
+)
+
+// flakyHandler is a tenant's handler that goes away and comes back: while
+// refusing, nothing listens on its port; while missing, it answers n8n's
+// 404 for a webhook that is not registered; up, it answers one reply that
+// names the message. It counts calls, and calls in flight at once.
+type flakyHandler struct {
+	t      *testing.T
+	addr   string
+	mu     sync.Mutex
+	ln     net.Listener
+	srv    *http.Server
+	state  atomic.Value // "up", "missing"
+	calls  atomic.Int32
+	active atomic.Int32
+	most   atomic.Int32
+}
+
+func newFlakyHandler(t *testing.T) *flakyHandler {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &flakyHandler{t: t, addr: ln.Addr().String()}
+	h.state.Store("up")
+	h.serve(ln)
+	t.Cleanup(func() { h.refuse() })
+	return h
+}
+
+func (h *flakyHandler) URL() string { return "http://" + h.addr + "/webhook/ordo" }
+
+func (h *flakyHandler) serve(ln net.Listener) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ln = ln
+	h.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := h.active.Add(1)
+		defer h.active.Add(-1)
+		for m := h.most.Load(); n > m && !h.most.CompareAndSwap(m, n); m = h.most.Load() {
+		}
+		h.calls.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		if h.state.Load() == "missing" {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(w, `{"code":404,"message":"The requested webhook \"POST ordo\" is not registered."}`)
+			return
+		}
+		id := between(string(body), `"message_id":"`, `"`)
+		_, _ = fmt.Fprintf(w, `{"replies":[{"type":"text","text":{"body":"re %s"}}]}`, id)
+	})}
+	go func() { _ = h.srv.Serve(ln) }()
+}
+
+// refuse closes the port: connections are refused.
+func (h *flakyHandler) refuse() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.srv != nil {
+		_ = h.srv.Close()
+		h.srv = nil
+	}
+}
+
+// listen opens the port again, answering as state says.
+func (h *flakyHandler) listen(state string) {
+	h.state.Store(state)
+	ln, err := net.Listen("tcp", h.addr)
+	if err != nil {
+		h.t.Fatalf("listen again on %s: %v", h.addr, err)
+	}
+	h.serve(ln)
+}
+
+func between(s, from, to string) string {
+	i := strings.Index(s, from)
+	if i < 0 {
+		return ""
+	}
+	s = s[i+len(from):]
+	if j := strings.Index(s, to); j >= 0 {
+		return s[:j]
+	}
+	return s
+}
+
+// An n8n that is restarted or upgraded is away for minutes: first its port
+// refuses connections, then it answers 404 until the workflow is active
+// again. Its tenant's conversations must wait for it — no dead letter, no
+// halt, no attempt burnt — while one probe at a time looks for it, and go
+// on in order as soon as it answers. Before, each message's 8 attempts ran
+// out within about two minutes and the conversation halted.
+func TestUnreachableHandlerIsAStateTheConversationsWaitFor(t *testing.T) {
+	t.Parallel()
+	h := newFlakyHandler(t)
+	b := jobstest.Setup(t, jobstest.Options{HandlerURL: h.URL(), Config: jobs.Config{RetryBase: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond}})
+	ctx := context.Background()
+	// Few attempts, so that counting them would dead-letter within the outage.
+	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET max_attempts = 2, events_url = 'http://127.0.0.1:1/events'`); err != nil {
+		t.Fatal(err)
+	}
+
+	h.refuse()
+	inbound := func(conv, id string) {
+		t.Helper()
+		if _, err := b.Engine.Ingest(ctx, engine.NewMessage{Tenant: b.Tenant.Slug, ConversationID: conv, MessageID: id, Direction: "inbound", Payload: []byte(`{"text":"hi"}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inbound("c1", "in1")
+	b.WaitFor("the tenant's handler to be marked unreachable", 10*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.tenants WHERE handler_down_since IS NOT NULL`) == 1
+	})
+	inbound("c1", "in2")
+	inbound("c2", "other1")
+	time.Sleep(1500 * time.Millisecond) // refused through at least one probe
+	h.listen("missing")
+	inbound("c1", "in3")
+	time.Sleep(2500 * time.Millisecond) // 404 through at least one more
+	if n := b.Count(`SELECT count(*) FROM ordo.dead_letters`); n != 0 {
+		t.Fatalf("%d dead letters during the outage; want none", n)
+	}
+	if n := b.Count(`SELECT count(*) FROM ordo.conversations WHERE halted_at IS NOT NULL`); n != 0 {
+		t.Fatalf("%d conversations halted during the outage; want none", n)
+	}
+	if n := b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`); n != 0 {
+		t.Fatalf("%d messages done while the handler was away", n)
+	}
+	callsDown := h.calls.Load()
+	back := time.Now()
+	h.state.Store("up")
+
+	b.WaitFor("every message handled", 30*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE direction = 'inbound' AND status = 'done'`) == 4 &&
+			len(b.WhatsApp.Sends()) == 4
+	})
+	t.Logf("handler away: %d calls (probes); all handled %s after it answered", callsDown, time.Since(back).Round(time.Millisecond))
+	var c1 []string
+	for _, s := range texts(b.WhatsApp.Sends()) {
+		if s != "re other1" {
+			c1 = append(c1, s)
+		}
+	}
+	if strings.Join(c1, "|") != "re in1|re in2|re in3" {
+		t.Fatalf("c1's replies went out as %v; want in1, in2, in3 in order, once each", c1)
+	}
+	if most := h.most.Load(); most > 1 {
+		t.Fatalf("%d handler calls at once while it was away; want one probe at a time", most)
+	}
+	if n := b.Count(`SELECT count(*) FROM ordo.steps WHERE kind = 'handle' AND attempts <> 1`); n != 0 {
+		t.Fatalf("%d handle steps with other than one attempt: the outage was counted as attempts", n)
+	}
+	if n := b.Count(`SELECT count(*) FROM ordo.tenants WHERE handler_down_since IS NOT NULL OR handler_probe_at IS NOT NULL`); n != 0 {
+		t.Fatal("the tenant is still marked unreachable after its handler answered")
+	}
+	if n := b.Count(`SELECT count(*) FROM ordo.conversations WHERE handler_wait`); n != 0 {
+		t.Fatalf("%d conversations still waiting for the handler", n)
+	}
+	var events string
+	if err := b.Pool.QueryRow(ctx, `SELECT string_agg(type, ',' ORDER BY id) FROM ordo.events WHERE type LIKE 'tenant.handler%'`).Scan(&events); err != nil {
+		t.Fatal(err)
+	}
+	if events != "tenant.handler_unreachable,tenant.handler_back" {
+		t.Fatalf("tenant events %q; want one handler_unreachable then one handler_back", events)
+	}
+}
+
+// Past the tenant's outage limit the handler's failures count as attempts
+// again: a workflow switched off for good ends in a dead letter that says
+// so, instead of waiting for ever.
+func TestHandlerUnreachablePastTheOutageLimitDeadLetters(t *testing.T) {
+	t.Parallel()
+	h := newFlakyHandler(t)
+	h.state.Store("missing")
+	b := jobstest.Setup(t, jobstest.Options{HandlerURL: h.URL(), Config: jobs.Config{RetryBase: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond}})
+	ctx := context.Background()
+	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET max_attempts = 3, handler_outage_limit_ms = 60000,
+		handler_down_since = now() - interval '2 minutes', handler_probe_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Engine.Ingest(ctx, engine.NewMessage{Tenant: b.Tenant.Slug, ConversationID: "c1", MessageID: "in1", Direction: "inbound", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitFor("the dead letter", 15*time.Second, func() bool { return b.Count(`SELECT count(*) FROM ordo.dead_letters`) == 1 })
+	var reason string
+	if err := b.Pool.QueryRow(ctx, `SELECT reason FROM ordo.dead_letters`).Scan(&reason); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(reason, "attempts exhausted (3)") || !strings.Contains(reason, "is the n8n workflow active") {
+		t.Fatalf("dead letter reason %q; want the attempts and the n8n hint", reason)
+	}
+}
