@@ -40,7 +40,7 @@ func TenantWaiting(r *Runner, tenant int64) bool {
 	s := r.sched
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.dueAt[tenant].After(s.pickedAt[tenant])
+	return s.m.WaitingTenant(tenant)
 }
 
 // Batches returns how many of r's claims took a batch of quiet
@@ -53,5 +53,5 @@ func Batches(r *Runner) int64 { return r.batches.Load() }
 func NoOverdraft(r *Runner) {
 	r.room.mu.Lock()
 	defer r.room.mu.Unlock()
-	r.room.over = 0
+	r.room.Over = 0
 }

@@ -369,6 +369,12 @@ func TestHandlerNotThereIsRetriedThenAsksIfTheWorkflowIsActive(t *testing.T) {
 	t.Cleanup(flaky.Close)
 	b := jobstest.Setup(t, jobstest.Options{HandlerURL: gone.URL, Config: jobs.Config{RetryBase: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond}})
 	setTenant(t, b, tenants.UpdateParams{MaxAttempts: ptr(3), OnDeadLetter: ptr("skip")})
+	// Down for longer than the tenant's outage limit: its failures count
+	// as attempts again (reachability_test.go has the outage itself).
+	if _, err := b.Pool.Exec(context.Background(), `UPDATE ordo.tenants SET handler_outage_limit_ms = 60000,
+		handler_down_since = now() - interval '2 minutes', handler_probe_at = now()`); err != nil {
+		t.Fatal(err)
+	}
 	inbound(t, b, "c1", "in1")
 	b.WaitFor("the dead letter", 10*time.Second, func() bool { return b.Count(`SELECT count(*) FROM ordo.dead_letters`) == 1 })
 	var reason string
@@ -379,7 +385,9 @@ func TestHandlerNotThereIsRetriedThenAsksIfTheWorkflowIsActive(t *testing.T) {
 	}
 	setTenant(t, b, tenants.UpdateParams{HandlerURL: &flaky.URL})
 	inbound(t, b, "c2", "in2")
-	b.WaitFor("the reply after two 503s", 10*time.Second, func() bool { return len(b.WhatsApp.Sends()) == 1 })
+	// 503s are the handler unreachable: probes with a backoff of a second,
+	// then two.
+	b.WaitFor("the reply after two 503s", 30*time.Second, func() bool { return len(b.WhatsApp.Sends()) == 1 })
 }
 
 // The tenant's Header Auth or Basic Auth (stored encrypted) reaches the

@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/ordo-dev/ordo/jobs/fair"
 	"github.com/ordo-dev/ordo/jobs/outage"
 	ordosql "github.com/ordo-dev/ordo/sql"
 	"github.com/ordo-dev/ordo/tenants"
@@ -98,7 +99,7 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 	// Runners: one per worker, and as many again as the room may be
 	// overdrawn for urgent tenants (takeRoom): with every worker's runner
 	// in a campaign's drains, someone must be there to claim for them.
-	runners := cfg.Workers + overdraftFor(cfg.Workers)
+	runners := cfg.Workers + fair.OverdraftFor(cfg.Workers)
 	if need := int32(runners + 5); pool.Config().MaxConns < need {
 		// Each running drain holds a connection (its lock); River and the
 		// scheduler's listener need a few.
@@ -114,12 +115,12 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		pool:       pool,
 		queue:      "ordo-run-" + hex.EncodeToString(id[:]),
 		drainer:    newDrainer(cfg, pool, ts, vault, logger),
-		sched:      newScheduler(pool, cfg.FetchPollInterval, cfg.RefreshMin, runners, cfg.Database, logger),
+		sched:      newScheduler(pool, cfg.FetchPollInterval, cfg.RefreshMin, cfg.TurnSlice, runners, cfg.Database, logger),
 		reconciler: &reconciler{pool: pool, interval: cfg.OrphanInterval, db: cfg.Database, logger: logger},
 		pruner:     &Pruner{pool: pool, batch: cfg.PruneBatch, db: cfg.Database, logger: logger},
 		interval:   cfg.PruneInterval,
 		topUp:      make(chan struct{}, 1),
-		room:       newRoom(cfg.Workers, overdraftFor(cfg.Workers)),
+		room:       newRoom(cfg.Workers, fair.OverdraftFor(cfg.Workers)),
 		runners:    runners,
 	}
 	r.drainer.turns = r.sched
@@ -329,18 +330,18 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 				if !r.cfg.Database.Report(err, ordosql.Unavailable) {
 					r.logger.WarnContext(ctx, "runner: acquire a connection", slog.String("error", err.Error()))
 				}
-				r.sched.pause(ctx)
+				r.sched.pause(ctx, r.cfg.FetchPollInterval)
 				continue
 			}
 			conn = c
 		}
 		var phone *string
-		if p, ok := d.creds.phone(t.tenant); ok {
+		if p, ok := d.creds.phone(t.Tenant); ok {
 			phone = &p
 		}
 		var bt *batch
-		if room > 1 && t.cap == 0 && phone != nil {
-			bt = &batch{tenant: t.tenant, max: room}
+		if room > 1 && t.Cap == 0 && phone != nil {
+			bt = &batch{tenant: t.Tenant, max: room}
 		}
 		claimed := time.Now()
 		s, st, found, err := claimAndOpen(ctx, conn, t, d.cfg.Lease.Milliseconds(), phone, held, bt)
@@ -352,9 +353,9 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 			drop(false)
 			if ctx.Err() == nil {
 				if !r.cfg.Database.Report(err, ordosql.Unavailable) {
-					r.logger.WarnContext(ctx, "claim a conversation", slog.Int64("tenant_id", t.tenant), slog.String("error", err.Error()))
+					r.logger.WarnContext(ctx, "claim a conversation", slog.Int64("tenant_id", t.Tenant), slog.String("error", err.Error()))
 				}
-				r.sched.pause(ctx)
+				r.sched.pause(ctx, r.cfg.FetchPollInterval)
 			}
 			continue
 		}
@@ -367,21 +368,21 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 			if bt.more {
 				r.lastBacklog.Store(time.Now().UnixNano())
 			}
-			r.sched.passOn(t.tenant, bt.more)
+			r.sched.passOn(t.Tenant, bt.more)
 			if !r.drainBatch(ctx, conn, bt, claimed, name) { // gives back the batch's room
 				drop(false)
 			}
-			r.sched.released(t.tenant, false)
+			r.sched.released(t.Tenant, false)
 			continue
 		}
 		r.room.give(room - 1)
 		if s == nil {
 			r.room.give(1)
 			r.claimsEmpty.Add(1)
-			r.sched.missed(t.tenant)
+			r.sched.missed(t.Tenant)
 			continue
 		}
-		r.sched.passOn(t.tenant, st.more)
+		r.sched.passOn(t.Tenant, st.more)
 		held = s.slot
 		usable := r.drainClaimed(ctx, s, st, found, name)
 		r.room.give(1)
@@ -391,27 +392,18 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 		}
 		// A slot of a capped tenant is about to free up (the next claim
 		// releases it).
-		r.sched.released(t.tenant, held != nil)
+		r.sched.released(t.Tenant, held != nil)
 	}
 	return nil
 }
 
-// takeRoom waits for room for a claim: for a batch, or at least for one
-// drain (Config.Workers bounds the conversations a process drains at once).
-// Room comes back in pieces (a drain's one, a batch's eight) and a batch
-// costs about the same whatever its size, so while batches leave due
-// conversations behind (a backlog) a runner waits a moment (TurnSlice) for
-// room for half a batch before it takes less (with no backlog it would
-// only delay the next message: `make bench` latency p99 260 ms): room freed gathers into full batches instead of scattering into
-// batches of one or two (`make bench` spread: 0.63 of river-plain without
-// this, 0.9 with it). When there is none, a tenant that waits and has
-// nothing running here gets one beyond the room (urgent: t is its turn),
-// at most overdraftFor(Workers) at once: a campaign's batches, which end their
-// rounds together, never stand between a quiet tenant and a worker
-// (`make bench` noisy). A campaign that starts while the room is full is
-// such a tenant too; its drain then holds the overdraft until its next
-// message boundary, where it hands its runner to a tenant that waits.
-func (r *Runner) takeRoom(ctx context.Context) (n int, t turn, urgent bool) {
+// takeRoom waits for room for a claim (fair.Take): for a batch, or at
+// least for one drain. While batches leave due conversations behind (a
+// backlog) a runner waits a moment (TurnSlice) for room for half a batch
+// before it takes less: room freed gathers into full batches instead of
+// scattering into batches of one or two. A tenant that waits and has
+// nothing running here gets room beyond Workers (urgent: t is its turn).
+func (r *Runner) takeRoom(ctx context.Context) (n int, t fair.Turn, urgent bool) {
 	want := 1
 	if time.Since(time.Unix(0, r.lastBacklog.Load())) < batchRecent {
 		want = max(1, r.cfg.BatchSize/2)
@@ -420,19 +412,10 @@ func (r *Runner) takeRoom(ctx context.Context) (n int, t turn, urgent bool) {
 	for {
 		changed, stopped := r.room.changed()
 		if stopped || ctx.Err() != nil {
-			return 0, turn{}, false
+			return 0, fair.Turn{}, false
 		}
-		if n := r.room.grab(r.cfg.BatchSize, want); n > 0 {
-			return n, turn{}, false // pick serves urgent tenants first
-		}
-		if t, prev, ok := r.sched.urgent(ctx); ok {
-			if n := r.room.grab(r.cfg.BatchSize, 1); n > 0 {
-				return n, t, true
-			}
-			if r.room.overdraw() {
-				return 1, t, true
-			}
-			r.sched.unpick(t.tenant, prev) // as much overdrawn as may be
+		if n, t, urgent := r.sched.take(ctx, r.room, r.cfg.BatchSize, want); n > 0 {
+			return n, t, urgent
 		}
 		if late == nil && want > 1 {
 			timer := time.NewTimer(r.cfg.TurnSlice)
@@ -448,45 +431,17 @@ func (r *Runner) takeRoom(ctx context.Context) (n int, t turn, urgent bool) {
 	}
 }
 
-// room counts the conversations a process may still take on: Config.Workers
-// in all, shared by the runners' drains and batches, and overdrawn by at
-// most over for urgent tenants (takeRoom).
+// room is the process's fair.Room, shared by its runners, with the
+// channel that tells the runners waiting for room that it changed.
 type room struct {
-	mu      sync.Mutex
-	free    int // below 0 while overdrawn
-	over    int
+	mu sync.Mutex
+	fair.Room
 	stopped bool
 	freed   chan struct{} // closed (and replaced) when room is given back, or poked
 }
 
-func newRoom(n, over int) *room { return &room{free: n, over: over, freed: make(chan struct{})} }
-
-// overdraftFor is how far beyond its room a process of workers goes for
-// urgent tenants, and how many runners it keeps beyond workers for them.
-func overdraftFor(workers int) int { return max(1, workers/8) }
-
-// grab takes up to most when at least want (1 or more) is free; 0 when
-// it cannot.
-func (r *room) grab(most, want int) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped || r.free < want || r.free <= 0 {
-		return 0
-	}
-	n := min(r.free, most)
-	r.free -= n
-	return n
-}
-
-// overdraw takes one beyond the room, at most over beyond it at once.
-func (r *room) overdraw() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped || r.free <= -r.over {
-		return false
-	}
-	r.free--
-	return true
+func newRoom(n, over int) *room {
+	return &room{Room: fair.Room{Free: n, Over: over}, freed: make(chan struct{})}
 }
 
 // changed is closed when room is given back or poked; stopped says the
@@ -501,14 +456,25 @@ func (r *room) changed() (<-chan struct{}, bool) {
 // tenant may be urgent).
 func (r *room) poke() { r.update(func() {}) }
 
-// give returns n taken by grab or overdraw.
+// grab takes up to most when at least want is free (fair.Room.Grab),
+// unless the room is stopped.
+func (r *room) grab(most, want int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return 0
+	}
+	return r.Grab(most, want)
+}
+
+// give returns n taken by take or grab.
 func (r *room) give(n int) {
 	if n > 0 {
-		r.update(func() { r.free += n })
+		r.update(func() { r.Give(n) })
 	}
 }
 
-// stop makes every grab fail and wakes the runners waiting (a stop).
+// stop makes every take fail and wakes the runners waiting (a stop).
 func (r *room) stop() { r.update(func() { r.stopped = true }) }
 
 // update changes the room under its lock and wakes the runners waiting.

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ordo-dev/ordo/jobs/fair"
 	ordosql "github.com/ordo-dev/ordo/sql"
 	"github.com/ordo-dev/ordo/tenants"
 )
@@ -166,7 +167,7 @@ type slotHold struct {
 // tenant, or purged) comes back with found false: close it. With bt, a
 // batch of quiet conversations is claimed first (batch.go); when bt.convs
 // comes back non-empty, no session does.
-func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t turn, lease int64, phone *string, release *slotHold, bt *batch) (s *session, st convState, found bool, err error) {
+func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease int64, phone *string, release *slotHold, bt *batch) (s *session, st convState, found bool, err error) {
 	var (
 		conv    *int64
 		slot    *int
@@ -205,7 +206,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t turn, lease int64, 
 	if bt != nil {
 		bt.queue(b, lease, phone)
 	}
-	b.Queue(claimQuery, lockNamespace, t.tenant, t.cap, lease, relTenant, relSlot).Query(func(rows pgx.Rows) error {
+	b.Queue(claimQuery, lockNamespace, t.Tenant, t.Cap, lease, relTenant, relSlot).Query(func(rows pgx.Rows) error {
 		defer rows.Close()
 		for rows.Next() {
 			if err := rows.Scan(&conv, &slot, &st.more); err != nil {
@@ -237,7 +238,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t turn, lease int64, 
 	}
 	s = &session{conn: conn, conv: *conv, lease: time.Duration(lease) * time.Millisecond, heard: heard}
 	if slot != nil {
-		s.slot = &slotHold{tenant: t.tenant, slot: *slot}
+		s.slot = &slotHold{tenant: t.Tenant, slot: *slot}
 	}
 	if fence == nil {
 		return s, st, false, nil // conversation deleted meanwhile

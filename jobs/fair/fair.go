@@ -1,0 +1,491 @@
+// Package fair decides which tenant a worker process's next free runner
+// claims from, so that one tenant's backlog never delays another's runnable
+// conversations by more than about one turn (contract point 8). It is a
+// pure model: plain values, the clock passed in as now, no database and no
+// goroutines. jobs/scheduler.go is the shell that feeds it the ready set
+// and notifications and carries out its decisions; sim_test.go runs it in
+// virtual time over a thousand tenants.
+//
+// The policy:
+//
+//   - The ready set (ordo.ready) holds every conversation that expects a
+//     drain, with the time it is due. A summary of it — each tenant with a
+//     conversation in it, its earliest due time, weight and cap — comes in
+//     through Refresh, at most every RefreshMin unless something became
+//     due meanwhile (NoteDue makes the next round read it again).
+//   - A round visits each tenant that has a due conversation, in the
+//     summary's order (tenant id), giving it Weight claims: weighted round
+//     robin. A tenant whose claim found nothing to take (all taken, or at
+//     its cap) leaves the round and sits out (Missed) until something may
+//     have changed for it: a conversation of its became due, one of its
+//     drains here ended or claimed, or a poll interval passed.
+//   - A tenant that became due (NoteDue) and was not picked since is
+//     waiting for a worker. A drain of another tenant that ran for a turn
+//     slice stops at its next message boundary for it (HandOff) and its
+//     runner claims for that tenant first. A waiting tenant with nothing
+//     running in this process is urgent (Urgent): served before the round,
+//     and beyond the process's room when there is none (Room.Overdraw).
+//   - Each process keeps its own model; a tenant's cap holds across
+//     processes because the claim takes one of its advisory-lock slots.
+package fair
+
+import (
+	"slices"
+	"time"
+)
+
+// Turn is a tenant's place in a round.
+type Turn struct {
+	Tenant int64
+	Weight int
+	Cap    int // max_concurrency; 0 is none
+}
+
+// Due is one tenant's line of the ready set's summary: its weight and cap,
+// and how long until its earliest conversation is due (0 or less: now).
+type Due struct {
+	Turn
+	DueIn time.Duration
+}
+
+// Decision is what the caller of Pick or Urgent does next.
+type Decision int
+
+const (
+	// Go: claim from the turn returned.
+	Go Decision = iota
+	// None: nothing to claim now; wait (Wait says how long at most).
+	None
+	// Refresh: read the ready set's summary, give it to Refresh, and ask
+	// again with fresh set.
+	Refresh
+)
+
+// Config is a model's settings.
+type Config struct {
+	// Poll is how long a runner waits at most when nothing is due, and how
+	// long a tenant that missed sits out at most.
+	Poll time.Duration
+	// RefreshMin is how often, at most, the ready set's summary is read
+	// while nothing new became due.
+	RefreshMin time.Duration
+	// Slice is a turn: how long a drain runs before it stops for a tenant
+	// that waits with nothing running, and how long a tenant whose last
+	// drain here ended must have had nothing running to count as idle.
+	Slice time.Duration
+}
+
+// Scheduler is the model. The zero value is not usable; see New.
+type Scheduler struct {
+	cfg       Config
+	round     []Turn // this round's tenants, in order
+	pos       int    // the current tenant in round
+	left      int    // claims the current tenant has left in this visit
+	stale     bool   // something became due: read the ready set before the next round
+	refreshed time.Time
+	nextDue   time.Time // the earliest due time of a tenant not due at the last refresh
+	// dueAt is when each tenant last had a conversation become due,
+	// pickedAt when it was last picked: a tenant due since it was last
+	// picked waits for a worker. handed are the tenants drains stopped
+	// their turn for, picked before the round.
+	dueAt    map[int64]time.Time
+	pickedAt map[int64]time.Time
+	handed   []int64
+	// known is each tenant's weight and cap as last read.
+	known map[int64]Turn
+	// blocked are the tenants whose last claim found nothing, since when.
+	blocked map[int64]time.Time
+	// running counts each tenant's drains (and batches) in this process;
+	// ended is when its last one ended.
+	running map[int64]int
+	ended   map[int64]time.Time
+	// served counts the claims a tenant had out of turn (urgent), at most
+	// a round's worth (its weight): its next visits in the round skip as
+	// many, so that being served early is not a share on top of its own.
+	served map[int64]int
+}
+
+// New returns a model that reads the ready set before its first round.
+func New(cfg Config) *Scheduler {
+	return &Scheduler{cfg: cfg, stale: true,
+		dueAt: map[int64]time.Time{}, pickedAt: map[int64]time.Time{}, known: map[int64]Turn{},
+		blocked: map[int64]time.Time{}, running: map[int64]int{}, ended: map[int64]time.Time{}, served: map[int64]int{}}
+}
+
+// NoteDue records that a conversation of tenant became due at now (0: of
+// a tenant not named): it may be waiting for a worker, and the next round
+// reads the ready set again. The caller wakes one waiting runner.
+func (s *Scheduler) NoteDue(now time.Time, tenant int64) {
+	if tenant > 0 {
+		s.dueAt[tenant] = now
+		delete(s.blocked, tenant)
+	} else {
+		clear(s.blocked)
+	}
+	s.stale = true
+}
+
+// waitingSince returns the tenant other than mine (0: none excluded) that
+// has waited for a worker longest, if any; with idle, only one that has had
+// nothing running in this process for a slice (urgent). Ties go to the
+// lower id, so that the model is deterministic.
+//
+// A tenant whose drain here just ended — it yielded its worker at a turn's
+// end, or finished a conversation with more behind it — had its turn: it
+// waits for the round like the others. Counting it idle at once served the
+// lightest campaigns out of turn whenever their one drain ended
+// (sim_test.go: a weight-1 tenant took 0.114 of the workers among weights
+// 1 to 4, not 0.1).
+func (s *Scheduler) waitingSince(now time.Time, mine int64, idle bool) (int64, bool) {
+	var (
+		best   int64
+		bestAt time.Time
+	)
+	for id, at := range s.dueAt {
+		if id == mine || !at.After(s.pickedAt[id]) {
+			continue
+		}
+		if idle {
+			if _, blocked := s.blocked[id]; blocked || s.running[id] > 0 || now.Sub(s.ended[id]) < s.cfg.Slice {
+				continue
+			}
+		}
+		if best == 0 || at.Before(bestAt) || at.Equal(bestAt) && id < best {
+			best, bestAt = id, at
+		}
+	}
+	return best, best != 0
+}
+
+// Urgent returns a tenant that waits for a worker and has nothing running
+// in this process, and counts it as picked at now: the one kind of claim
+// that may go beyond the process's room. prev is when it was picked
+// before, for Unpick. Refresh: the tenant's weight and cap are not known
+// yet (a new process); read them and ask again with fresh.
+func (s *Scheduler) Urgent(now time.Time, fresh bool) (t Turn, prev time.Time, d Decision) {
+	if len(s.handed) > 0 {
+		return Turn{}, time.Time{}, None // a drain stopped its turn for them: Pick serves them first
+	}
+	id, ok := s.waitingSince(now, 0, true)
+	if !ok {
+		return Turn{}, time.Time{}, None
+	}
+	t, known := s.known[id]
+	if !known {
+		if !fresh {
+			s.stale = true
+			return Turn{}, time.Time{}, Refresh
+		}
+		// Not in the ready set any more: nothing to wait for.
+		s.pickedAt[id] = now
+		return Turn{}, time.Time{}, None
+	}
+	prev = s.pickedAt[id]
+	s.pickedAt[id] = now
+	s.served[id] = min(s.served[id]+1, max(t.Weight, 1))
+	return t, prev, Go
+}
+
+// Unpick undoes Urgent's pick of tenant (picked before at prev): no room
+// could be had for it.
+func (s *Scheduler) Unpick(tenant int64, prev time.Time) {
+	s.pickedAt[tenant] = prev
+	if s.served[tenant]--; s.served[tenant] <= 0 {
+		delete(s.served, tenant)
+	}
+}
+
+// Waiting says whether a tenant other than mine waits for a worker with
+// nothing running in this process: one a drain past its turn slice stops
+// for. A tenant that has drains running gets its share through the round,
+// by weight; stopping drains for it too would hand workers round the
+// backlogged tenants in turn, whatever their weights (sim_test.go found
+// equal shares for weights 1 to 4).
+func (s *Scheduler) Waiting(now time.Time, mine int64) bool {
+	_, ok := s.waitingSince(now, mine, true)
+	return ok
+}
+
+// WaitingTenant says whether tenant waits for a worker: a conversation of
+// its became due since it was last picked.
+func (s *Scheduler) WaitingTenant(tenant int64) bool {
+	return s.dueAt[tenant].After(s.pickedAt[tenant])
+}
+
+// HandOff promises the calling drain's worker (a drain of mine that had
+// its turn slice) to the tenant other than mine that has waited longest
+// with nothing running here (Waiting), if any: it counts as picked at now (no other drain stops for it) and is
+// the next pick.
+func (s *Scheduler) HandOff(now time.Time, mine int64) bool {
+	t, ok := s.waitingSince(now, mine, true)
+	if !ok {
+		return false
+	}
+	s.pickedAt[t] = now
+	s.handed = append(s.handed, t)
+	return true
+}
+
+// PassOn records that a runner claimed from tenant (a drain, or a batch,
+// now running). more: another of its conversations was due behind the
+// claimed one — the caller wakes one more runner; without it the tenant
+// leaves the round until the next summary finds it due.
+func (s *Scheduler) PassOn(tenant int64, more bool) {
+	delete(s.blocked, tenant)
+	s.running[tenant]++
+	if !more {
+		s.leave(tenant)
+	}
+}
+
+// Released records that a drain (or batch) of tenant in this process
+// ended. capped: it held one of the tenant's concurrency slots, about to be
+// free: the next round reads the ready set again, and the caller wakes a
+// runner to use it.
+func (s *Scheduler) Released(now time.Time, tenant int64, capped bool) {
+	delete(s.blocked, tenant)
+	if s.running[tenant]--; s.running[tenant] <= 0 {
+		delete(s.running, tenant)
+		s.ended[tenant] = now
+	}
+	if capped {
+		s.stale = true
+	}
+}
+
+// Running is how many drains of tenant run in this process.
+func (s *Scheduler) Running(tenant int64) int { return s.running[tenant] }
+
+// DueIn records that a drain of this process parked its conversation
+// until now+d: nothing else tells the model of a conversation that becomes
+// due by time.
+func (s *Scheduler) DueIn(now time.Time, d time.Duration) {
+	if at := now.Add(d); at.Before(s.nextDue) {
+		s.nextDue = at
+	}
+}
+
+// Missed records that tenant had nothing to claim at now: it leaves the
+// round and sits out until something may have changed for it.
+func (s *Scheduler) Missed(now time.Time, tenant int64) {
+	s.blocked[tenant] = now
+	s.leave(tenant)
+}
+
+// WakeAll forgets every tenant's miss and reads the ready set before the
+// next round (a stop, or notifications that may have been missed).
+func (s *Scheduler) WakeAll() {
+	s.stale = true
+	clear(s.blocked)
+}
+
+// Waited records that a runner waited until now without being woken:
+// conversations may have become due by time, and a slot freed by another
+// process tells no one, so tenants blocked for a poll interval are tried
+// again.
+func (s *Scheduler) Waited(now time.Time) {
+	s.stale = true
+	for id, at := range s.blocked {
+		if now.Sub(at) >= s.cfg.Poll {
+			delete(s.blocked, id)
+		}
+	}
+}
+
+// Wait is how long a runner with nothing to claim waits at most at now:
+// until the earliest known due time, or a poll interval.
+func (s *Scheduler) Wait(now time.Time) time.Duration {
+	return max(min(s.nextDue.Sub(now), s.cfg.Poll), time.Millisecond)
+}
+
+// Pick returns the tenant to claim from next, counted as picked at now:
+// tenants drains handed their worker to first, then an urgent tenant, then
+// the round. fresh says the ready set was just read (Refresh).
+func (s *Scheduler) Pick(now time.Time, fresh bool) (Turn, Decision) {
+	for len(s.handed) > 0 {
+		id := s.handed[0]
+		t, ok := s.known[id]
+		if !ok && !fresh {
+			s.stale = true
+			return Turn{}, Refresh
+		}
+		s.handed = s.handed[1:]
+		if ok {
+			return t, Go
+		}
+	}
+	// Then a tenant that waits with nothing running here: the round may be
+	// on a campaign's tenant, whose batches would take the room before the
+	// round reached it.
+	if t, _, d := s.Urgent(now, fresh); d != None {
+		return t, d
+	}
+	if s.pos >= len(s.round) {
+		if !fresh && s.needsRefresh(now) {
+			return Turn{}, Refresh
+		}
+		// Nothing became due since the last read: repeat its round.
+		if s.pos = 0; len(s.round) > 0 {
+			s.left = s.round[0].Weight
+		}
+		if len(s.round) == 0 {
+			return Turn{}, None
+		}
+	}
+	for skipped := 0; skipped < len(s.round); {
+		t := s.round[s.pos]
+		s.left--
+		if s.left <= 0 {
+			s.advance()
+			skipped++
+			if s.pos >= len(s.round) {
+				s.pos = 0 // the rest of this round was served out of turn: go round once more
+				if len(s.round) > 0 {
+					s.left = s.round[0].Weight
+				}
+			}
+		}
+		if s.served[t.Tenant] > 0 {
+			if s.served[t.Tenant]--; s.served[t.Tenant] == 0 {
+				delete(s.served, t.Tenant)
+			}
+			continue
+		}
+		s.pickedAt[t.Tenant] = now
+		return t, Go
+	}
+	return Turn{}, None
+}
+
+// needsRefresh says whether the next round must read the ready set again.
+func (s *Scheduler) needsRefresh(now time.Time) bool {
+	return s.stale || now.Sub(s.refreshed) >= s.cfg.RefreshMin || !now.Before(s.nextDue)
+}
+
+// Refresh takes in the ready set's summary read at now: each tenant's
+// weight and cap, and the earliest later due time, which bounds the next
+// wait. When the round is over it starts the next one over the tenants
+// with a conversation due now, in rows' order, less those sitting out a
+// miss. A read in the middle of a round (for an urgent or handed tenant's
+// weight and cap) leaves the round where it is: restarting it there put
+// the first tenants of every round ahead of the last, which starved
+// (sim_test.go: a weight-4 tenant went 19 s without a worker while a
+// thousand quiet tenants came in).
+func (s *Scheduler) Refresh(now time.Time, rows []Due) {
+	midRound := s.pos < len(s.round)
+	var round []Turn
+	if !midRound {
+		round = s.round[:0]
+	}
+	next := now.Add(s.cfg.Poll)
+	for _, r := range rows {
+		s.known[r.Tenant] = r.Turn
+		if _, blocked := s.blocked[r.Tenant]; blocked {
+			if r.DueIn <= 0 {
+				continue // tried again after an event or a poll interval
+			}
+			// Nothing due now: what blocked it is over, and its next
+			// conversation is tried when due.
+			delete(s.blocked, r.Tenant)
+		}
+		if r.DueIn <= 0 {
+			if !midRound {
+				round = append(round, r.Turn)
+			}
+		} else if at := now.Add(r.DueIn); at.Before(next) {
+			next = at
+		}
+	}
+	s.nextDue = next
+	if midRound {
+		return // stale stays as it was: the next round reads again if need be
+	}
+	s.round, s.pos, s.stale, s.refreshed = round, 0, false, now
+	if len(round) > 0 {
+		s.left = round[0].Weight
+	}
+}
+
+// RefreshFailed records that the ready set could not be read: no round
+// until it can be.
+func (s *Scheduler) RefreshFailed() { s.round, s.pos = s.round[:0], 0 }
+
+// advance moves to the next tenant of the round.
+func (s *Scheduler) advance() {
+	s.pos++
+	if s.pos < len(s.round) {
+		s.left = s.round[s.pos].Weight
+	}
+}
+
+// leave takes tenant out of the round, wherever it is.
+func (s *Scheduler) leave(tenant int64) {
+	i := slices.IndexFunc(s.round, func(t Turn) bool { return t.Tenant == tenant })
+	if i < 0 {
+		return
+	}
+	s.round = slices.Delete(s.round, i, i+1)
+	switch {
+	case i < s.pos:
+		s.pos--
+	case i == s.pos && s.pos < len(s.round):
+		s.left = s.round[s.pos].Weight
+	}
+}
+
+// Room counts the conversations a process may still take on: Workers in
+// all, shared by its drains and batches, and overdrawn by at most Over for
+// urgent tenants. Free goes below 0 while overdrawn.
+type Room struct {
+	Free, Over int
+}
+
+// OverdraftFor is how far beyond its room a process of workers goes for
+// urgent tenants (and how many runners it keeps beyond workers for them).
+func OverdraftFor(workers int) int { return max(1, workers/8) }
+
+// Grab takes up to most when at least want (1 or more) is free; 0 when it
+// cannot.
+func (r *Room) Grab(most, want int) int {
+	if r.Free < want || r.Free <= 0 {
+		return 0
+	}
+	n := min(r.Free, most)
+	r.Free -= n
+	return n
+}
+
+// Overdraw takes one beyond the room, at most Over beyond it at once.
+func (r *Room) Overdraw() bool {
+	if r.Free <= -r.Over {
+		return false
+	}
+	r.Free--
+	return true
+}
+
+// Give returns n taken by Grab or Overdraw.
+func (r *Room) Give(n int) { r.Free += max(n, 0) }
+
+// Take is a free runner's decision for room at now, given the room it
+// wants (want: more than one while batches leave a backlog): room to claim
+// from the round (n > 0, d Go, urgent false: Pick says whose), room for an
+// urgent tenant (urgent true, t its turn), or none (d None: wait for room
+// to be given back, or Refresh: read the ready set and ask again).
+func Take(s *Scheduler, r *Room, now time.Time, most, want int, fresh bool) (n int, t Turn, urgent bool, d Decision) {
+	if n := r.Grab(most, want); n > 0 {
+		return n, Turn{}, false, Go // Pick serves urgent tenants first
+	}
+	t, prev, d := s.Urgent(now, fresh)
+	if d != Go {
+		return 0, Turn{}, false, d
+	}
+	if n := r.Grab(most, 1); n > 0 {
+		return n, t, true, Go
+	}
+	if r.Overdraw() {
+		return 1, t, true, Go
+	}
+	s.Unpick(t.Tenant, prev) // as much overdrawn as may be
+	return 0, Turn{}, false, None
+}

@@ -1,0 +1,176 @@
+package fair
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+var t0 = time.Unix(1e9, 0)
+
+func newModel() *Scheduler {
+	return New(Config{Poll: 200 * time.Millisecond, RefreshMin: 20 * time.Millisecond, Slice: 100 * time.Millisecond})
+}
+
+// picks runs n picks at now, refreshing with rows whenever the model asks.
+func picks(s *Scheduler, now time.Time, rows []Due, n int) []int64 {
+	var out []int64
+	for range n {
+		t, d := s.Pick(now, false)
+		if d == Refresh {
+			s.Refresh(now, rows)
+			t, d = s.Pick(now, true)
+		}
+		if d != Go {
+			out = append(out, 0)
+			continue
+		}
+		out = append(out, t.Tenant)
+	}
+	return out
+}
+
+func due(tenant int64, weight, cap int, in time.Duration) Due {
+	return Due{Turn: Turn{Tenant: tenant, Weight: weight, Cap: cap}, DueIn: in}
+}
+
+func TestModel(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, s *Scheduler)
+	}{
+		{"a round gives each tenant its weight in claims, in tenant order", func(t *testing.T, s *Scheduler) {
+			rows := []Due{due(1, 1, 0, 0), due(2, 3, 0, 0)}
+			if got := picks(s, t0, rows, 8); !slices.Equal(got, []int64{1, 2, 2, 2, 1, 2, 2, 2}) {
+				t.Fatalf("picks %v", got)
+			}
+		}},
+		{"nothing due: none, and the wait runs to the earliest due time", func(t *testing.T, s *Scheduler) {
+			rows := []Due{due(1, 1, 0, 50*time.Millisecond)}
+			if got := picks(s, t0, rows, 1); got[0] != 0 {
+				t.Fatalf("picked %v with nothing due", got)
+			}
+			if w := s.Wait(t0); w != 50*time.Millisecond {
+				t.Fatalf("wait %s; want the 50ms until the next due time", w)
+			}
+		}},
+		{"a tenant that missed sits out until something is due for it", func(t *testing.T, s *Scheduler) {
+			rows := []Due{due(1, 1, 1, 0), due(2, 1, 0, 0)}
+			picks(s, t0, rows, 1) // 1
+			s.Missed(t0, 1)       // at its cap
+			s.NoteDue(t0, 3)      // someone else: a new round, without 1
+			if got := picks(s, t0, rows, 3); slices.Contains(got, 1) {
+				t.Fatalf("picks %v: the blocked tenant came back before its event", got)
+			}
+			later := t0.Add(time.Millisecond)
+			s.NoteDue(later, 1)
+			if got := picks(s, later, rows, 1); got[0] != 1 {
+				t.Fatalf("picks %v: want the tenant whose conversation became due", got)
+			}
+		}},
+		{"a blocked tenant is tried again after a poll interval of waiting", func(t *testing.T, s *Scheduler) {
+			rows := []Due{due(1, 1, 1, 0)}
+			picks(s, t0, rows, 1)
+			s.Missed(t0, 1)
+			if got := picks(s, t0.Add(time.Second), rows, 1); got[0] != 0 {
+				t.Fatalf("picked %v before the poll interval passed in a wait", got)
+			}
+			s.Waited(t0.Add(time.Second))
+			if got := picks(s, t0.Add(time.Second), rows, 1); got[0] != 1 {
+				t.Fatalf("picked %v after a wait of a poll interval", got)
+			}
+		}},
+		{"a read in the middle of a round leaves the round where it was", func(t *testing.T, s *Scheduler) {
+			rows := []Due{due(1, 1, 0, 0), due(2, 1, 0, 0), due(3, 1, 0, 0)}
+			picks(s, t0, rows, 1) // 1
+			s.Refresh(t0, append(rows, due(9, 1, 0, 0)))
+			if got := picks(s, t0, rows, 2); !slices.Equal(got, []int64{2, 3}) {
+				t.Fatalf("picks %v after a mid-round read; want the round to go on with 2, 3", got)
+			}
+		}},
+		{"a waiting tenant with nothing running is urgent, once idle a slice", func(t *testing.T, s *Scheduler) {
+			rows := []Due{due(1, 1, 0, 0), due(2, 1, 0, 0)}
+			picks(s, t0, rows, 1)
+			s.PassOn(2, true)
+			s.Released(t0, 2, false) // its drain here just ended
+			now := t0.Add(10 * time.Millisecond)
+			s.NoteDue(now, 2)
+			if _, _, d := s.Urgent(now, false); d == Go {
+				t.Fatal("a tenant whose drain ended 10ms ago is urgent; it had its turn")
+			}
+			later := t0.Add(150 * time.Millisecond)
+			s.NoteDue(later, 2)
+			tn, _, d := s.Urgent(later, false)
+			if d != Go || tn.Tenant != 2 {
+				t.Fatalf("urgent %v %v; want tenant 2, idle for a slice and waiting", tn, d)
+			}
+			if s.WaitingTenant(2) {
+				t.Fatal("still waiting after its urgent pick")
+			}
+		}},
+		{"an unknown urgent tenant asks for a read first", func(t *testing.T, s *Scheduler) {
+			s.NoteDue(t0, 7)
+			if _, _, d := s.Urgent(t0, false); d != Refresh {
+				t.Fatalf("decision %v; want Refresh for a tenant whose weight and cap are unknown", d)
+			}
+			s.Refresh(t0, []Due{due(7, 2, 3, 0)})
+			if tn, _, d := s.Urgent(t0, true); d != Go || tn != (Turn{Tenant: 7, Weight: 2, Cap: 3}) {
+				t.Fatalf("urgent %v %v", tn, d)
+			}
+		}},
+		{"served out of turn, a tenant skips as many visits of the round", func(t *testing.T, s *Scheduler) {
+			rows := []Due{due(1, 1, 0, 0), due(2, 1, 0, 0)}
+			s.Refresh(t0, rows)
+			s.NoteDue(t0, 2)
+			if tn, _, d := s.Urgent(t0, false); d != Go || tn.Tenant != 2 {
+				t.Fatalf("urgent %v %v", tn, d)
+			}
+			if got := picks(s, t0, rows, 3); !slices.Equal(got, []int64{1, 1, 2}) {
+				t.Fatalf("picks %v; want 2's first visit skipped", got)
+			}
+		}},
+		{"a drain hands its worker only to a tenant with nothing running", func(t *testing.T, s *Scheduler) {
+			rows := []Due{due(1, 1, 0, 0), due(2, 1, 0, 0), due(3, 1, 0, 0)}
+			picks(s, t0, rows, 2)
+			s.PassOn(1, true)
+			s.PassOn(2, true)
+			now := t0.Add(time.Second)
+			s.NoteDue(now, 2) // a campaign's conversation, with a drain running
+			if s.Waiting(now, 1) || s.HandOff(now, 1) {
+				t.Fatal("a drain stopped for a tenant that has a drain running")
+			}
+			s.NoteDue(now, 3)
+			if !s.HandOff(now, 1) {
+				t.Fatal("no hand-off to the idle tenant that waits")
+			}
+			if got := picks(s, now, rows, 1); got[0] != 3 {
+				t.Fatalf("picked %v after the hand-off; want 3", got)
+			}
+		}},
+		{"take: room first, then one beyond it per overdraft for urgent tenants", func(t *testing.T, s *Scheduler) {
+			s.Refresh(t0, []Due{due(1, 1, 0, 0), due(2, 1, 0, 0), due(3, 1, 0, 0)})
+			r := Room{Free: 2, Over: 1}
+			if n, _, urgent, d := Take(s, &r, t0, 8, 1, false); n != 2 || urgent || d != Go {
+				t.Fatalf("take %d %v %v; want the room's 2", n, urgent, d)
+			}
+			s.NoteDue(t0, 2)
+			s.NoteDue(t0, 3)
+			n, tn, urgent, d := Take(s, &r, t0, 8, 1, false)
+			if n != 1 || !urgent || d != Go || tn.Tenant != 2 {
+				t.Fatalf("take %d %v %v %v; want the overdraft for tenant 2", n, tn, urgent, d)
+			}
+			if n, _, _, d := Take(s, &r, t0, 8, 1, false); n != 0 || d != None {
+				t.Fatalf("take %d %v beyond the overdraft", n, d)
+			}
+			if !s.WaitingTenant(3) {
+				t.Fatal("tenant 3 lost its place when no room could be had (unpick)")
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.run(t, newModel())
+		})
+	}
+}
