@@ -44,10 +44,14 @@ type e2eTenant struct {
 	authValue  string // what n8n's credential expects
 	sentValue  string // what ordo is given to send (wrong for badauth)
 	events     bool
+	node       bool // its workflows use the ordo node (n8n-nodes-ordo)
 	key        string
+	secret     string // its handler secret
 }
 
-// TestN8N runs the shipped templates on a real n8n against a fresh ordo dev.
+// TestN8N runs the shipped templates on a real n8n against a fresh ordo dev:
+// the HTTP-Request ones, and the node-* ones with n8n-nodes-ordo installed
+// from its packed tarball.
 func TestN8N(t *testing.T) {
 	bin, err := filepath.Abs(os.Getenv("ORDO_BIN"))
 	if os.Getenv("ORDO_BIN") == "" || err != nil {
@@ -88,6 +92,9 @@ func TestN8N(t *testing.T) {
 	}
 
 	n8nHome := filepath.Join(dir, "n8n")
+	tarball := packNode(t, dir)
+	installNode(t, n8nHome, tarball)
+	step("n8n-nodes-ordo built, linted, packed (%s) and installed into n8n's ~/.n8n/nodes", filepath.Base(tarball))
 	nn := newN8N(t, n8nBin, n8nHome)
 	defer nn.stop()
 	// The async tenant's calls pass through a counter: the workflow must
@@ -100,6 +107,21 @@ func TestN8N(t *testing.T) {
 		proxy.ServeHTTP(w, r)
 	}))
 	defer counter.Close()
+	// The node tenants' calls pass through one too, counted per webhook.
+	var nodeCallsMu sync.Mutex
+	nodeCalls := map[string]int{}
+	nodeCounter := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		nodeCallsMu.Lock()
+		nodeCalls[r.URL.Path]++
+		nodeCallsMu.Unlock()
+		proxy.ServeHTTP(w, r)
+	}))
+	defer nodeCounter.Close()
+	callsTo := func(tn *e2eTenant) int {
+		nodeCallsMu.Lock()
+		defer nodeCallsMu.Unlock()
+		return nodeCalls["/webhook/"+n8n.WebhookPath(tn.handler, tn.slug)]
+	}
 
 	o := startOrdoDev(t, bin, dir)
 	step("ordo dev up at %s", o.base)
@@ -109,6 +131,9 @@ func TestN8N(t *testing.T) {
 		{slug: "e2e-async", mode: "async", templates: []string{"async-handler"}, handler: "async-handler"},
 		{slug: "e2e-immediate", mode: "sync", templates: []string{"async-handler"}, handler: "async-handler"},
 		{slug: "e2e-badauth", mode: "sync", templates: []string{"sync-handler"}, handler: "sync-handler"},
+		{slug: "e2e-node-sync", mode: "sync", templates: []string{"node-sync-handler", "node-send-from-flow"}, handler: "node-sync-handler", node: true},
+		{slug: "e2e-node-last", mode: "sync", templates: []string{"node-sync-last-node"}, handler: "node-sync-last-node", node: true},
+		{slug: "e2e-node-async", mode: "async", templates: []string{"node-async-handler"}, handler: "node-async-handler", node: true},
 	}
 	var creds []map[string]any
 	var workflows []json.RawMessage
@@ -119,13 +144,31 @@ func TestN8N(t *testing.T) {
 		if tn.slug == "e2e-badauth" {
 			tn.sentValue = "a-wrong-secret"
 		}
-		tn.key = o.createTenant(tn.slug, tn.n)
+		tn.key, tn.secret = o.createTenant(tn.slug, tn.n)
 		hook := nn.url()
-		if tn.slug == "e2e-async" {
+		switch {
+		case tn.slug == "e2e-async":
 			hook = counter.URL
+		case tn.node:
+			hook = nodeCounter.URL
 		}
+		// Only the mode and the URL: the node tenants run on ordo's defaults.
 		o.cli("", "tenant", "update", "--slug", tn.slug, "--handler-mode", tn.mode,
 			"--handler-url", hook+"/webhook/"+n8n.WebhookPath(tn.handler, tn.slug))
+		if tn.node {
+			nh, na := n8n.NodeCredentialIDs(tn.slug)
+			creds = append(creds,
+				map[string]any{"id": nh, "name": "Ordo handler (" + tn.slug + ")", "type": "ordoHandlerApi",
+					"data": map[string]string{"secret": tn.secret}},
+				map[string]any{"id": na, "name": "Ordo API (" + tn.slug + ")", "type": "ordoApi",
+					"data": map[string]string{"baseUrl": o.base, "apiKey": tn.key}})
+			for _, name := range tn.templates {
+				wf, err := n8n.Render(name, n8n.Vars{Tenant: tn.slug, OrdoURL: o.base})
+				must(t, err, "render %s", name)
+				workflows = append(workflows, wf)
+			}
+			continue
+		}
 		auth, _ := json.Marshal(map[string]string{"header": handlerHeader, "value": tn.sentValue})
 		o.cli(string(auth), "credential", "set", "--tenant", tn.slug, "--name", "handler_auth", "--from-file", "-")
 		if tn.events {
@@ -278,6 +321,107 @@ func TestN8N(t *testing.T) {
 		t.Errorf("send from a flow, triggered twice: got %q, want the confirmation once", got)
 	}
 	step("send from a flow: triggered twice, sent once")
+
+	nodeSteps(ctx, t, step, o, nn, ts[4], ts[5], ts[6], callsTo)
+}
+
+// nodeSteps runs the node-* templates: n8n-nodes-ordo's Ordo Trigger as the
+// handler of tenants on ordo's defaults, its Ordo node sending and posting
+// async replies.
+func nodeSteps(ctx context.Context, t *testing.T, step func(string, ...any), o *ordoDev, nn *n8nProc,
+	ns, nl, na *e2eTenant, callsTo func(*e2eTenant) int) {
+	t.Helper()
+	// in posts messages ids to conv and returns the replies they want.
+	in := func(tn *e2eTenant, conv string, ids []string, want func(id string) []string) []string {
+		var w []string
+		for _, id := range ids {
+			o.inbound(ctx, tn.key, conv, id, "hello "+id)
+			w = append(w, want(id)...)
+		}
+		return w
+	}
+	// delivered waits for want on conv, then checks they came once, in
+	// order, with no dead letter and the conversation active.
+	delivered := func(tn *e2eTenant, conv string, want []string, within time.Duration, what string) {
+		t.Helper()
+		must(t, waitFor(ctx, within, func() (bool, string) {
+			got := texts(o.sends(ctx, conv))
+			return len(got) >= len(want), fmt.Sprint(got)
+		}), "%s: replies to %s", what, conv)
+		time.Sleep(time.Second) // a duplicate would land meanwhile
+		if got := texts(o.sends(ctx, conv)); !slices.Equal(got, want) {
+			t.Errorf("%s: %s got %q, want %q (once each, in order)", what, conv, got, want)
+		}
+		if dl := o.deadLetters(ctx, tn.key, conv); len(dl) > 0 {
+			t.Errorf("%s: dead letter %q", what, dl[0].Reason)
+		}
+		if st := o.conversationStatus(ctx, tn.key, conv); st != "active" {
+			t.Errorf("%s: conversation %s is %s", what, conv, st)
+		}
+	}
+
+	// 7. Two-item answers in both of n8n's shapes.
+	items := in(ns, "15550009401", []string{"wamid.items-1", "wamid.items-2"}, func(id string) []string {
+		return []string{"You said: hello " + id, "Reply 2 to " + id}
+	})
+	messages := in(nl, "15550009402", []string{"wamid.msgs-1", "wamid.msgs-2"}, func(id string) []string {
+		return []string{"First: hello " + id, "Second: " + id}
+	})
+	delivered(ns, "15550009401", items, 2*time.Minute, "items holding replies (Respond to Webhook, All Incoming Items)")
+	delivered(nl, "15550009402", messages, 2*time.Minute, "message items (When Last Node Finishes)")
+	step("node: two-item answers, items holding replies and message items: every reply once, in order, no dead letter")
+
+	// 8. A 45 s AI step in a sync workflow on ordo's defaults is called
+	// once and its replies go out; beside it, the async node workflow
+	// posts its replies with the Ordo node.
+	before := callsTo(ns)
+	began := time.Now()
+	o.inbound(ctx, ns.key, "15550009403", "wamid.think-1", "[think] a hard question")
+	o.inbound(ctx, na.key, "15550009404", "wamid.nasync-1", "slow question")
+	delivered(ns, "15550009403", []string{"You said: [think] a hard question", "Reply 2 to wamid.think-1"}, 3*time.Minute, "45 s AI step")
+	took := time.Since(began)
+	if n := callsTo(ns) - before; n != 1 {
+		t.Errorf("45 s AI step: the workflow was called %d times, want once", n)
+	}
+	if took < 45*time.Second {
+		t.Errorf("45 s AI step: replies after %s; the stand-in did not wait", took)
+	}
+	delivered(na, "15550009404", []string{"After thinking about: slow question"}, 2*time.Minute, "async through Post Replies")
+	if n := callsTo(na); n != 1 {
+		t.Errorf("async node: the workflow was called %d times, want once", n)
+	}
+	step("node: a 45 s AI step (sync, ordo's defaults) called once, replies after %.0f s, no dead letter; async Post Replies sent", took.Seconds())
+
+	// 9. The Ordo node sends from a flow: triggered twice, one message.
+	for range 2 {
+		resp, err := http.Post(nn.url()+"/webhook/"+n8n.WebhookPath("node-send-from-flow", ns.slug), "application/json",
+			strings.NewReader(`{"order_id":"N-2002","phone":"15550009405"}`))
+		must(t, err, "trigger the node send flow")
+		resp.Body.Close()
+	}
+	delivered(ns, "15550009405", []string{"Order N-2002 is confirmed"}, time.Minute, "send with the Ordo node")
+	step("node: send from a flow with the Ordo node: triggered twice, sent once")
+
+	// 10. The handler away for 3 minutes: the messages wait, nothing is
+	// dead-lettered or halted, and they go out in order once it is back.
+	nn.stop()
+	down := time.Now()
+	step("n8n stopped for 3 minutes")
+	outage := in(ns, "15550009406", []string{"wamid.outage-1", "wamid.outage-2", "wamid.outage-3"}, func(id string) []string {
+		return []string{"You said: hello " + id, "Reply 2 to " + id}
+	})
+	time.Sleep(3*time.Minute - time.Since(down))
+	if dl := o.deadLetters(ctx, ns.key, "15550009406"); len(dl) > 0 {
+		t.Errorf("outage: dead letter during the outage: %q", dl[0].Reason)
+	}
+	if s := o.sends(ctx, "15550009406"); len(s) != 0 {
+		t.Errorf("outage: %d sends while the handler was away", len(s))
+	}
+	nn.start(n8n.WebhookPath("node-sync-handler", ns.slug))
+	back := time.Now()
+	step("n8n started again after %.0f s", back.Sub(down).Seconds())
+	delivered(ns, "15550009406", outage, 3*time.Minute, "after a 3 minute outage")
+	step("node: a 3 minute handler outage: 3 messages delivered %.0f s after it ended, in order, no dead letter, no halt", time.Since(back).Seconds())
 }
 
 func writeJSON(t *testing.T, path string, v any) {
