@@ -360,6 +360,23 @@ func nodeSteps(ctx context.Context, t *testing.T, step func(string, ...any), o *
 		}
 	}
 
+	// 6b. The trigger refuses a call ordo did not sign, before any node runs.
+	for _, sig := range []string{"", "sha256=" + hmacHex("not-the-secret", []byte(`{"message_id":"forged"}`))} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, nn.url()+"/webhook/"+n8n.WebhookPath("node-sync-handler", ns.slug),
+			strings.NewReader(`{"message_id":"forged"}`))
+		req.Header.Set("Content-Type", "application/json")
+		if sig != "" {
+			req.Header.Set("X-Ordo-Signature", sig)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err, "post a forged call")
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("Ordo Trigger: a call signed %q answered %d, want 401", sig, resp.StatusCode)
+		}
+	}
+	step("node: the Ordo Trigger answers 401 to unsigned and wrongly signed calls")
+
 	// 7. Two-item answers in both of n8n's shapes.
 	items := in(ns, "15550009401", []string{"wamid.items-1", "wamid.items-2"}, func(id string) []string {
 		return []string{"You said: hello " + id, "Reply 2 to " + id}
