@@ -366,9 +366,11 @@ func nodeSteps(ctx context.Context, t *testing.T, step func(string, ...any), o *
 		}
 	}
 
-	// 6b. The trigger refuses a call ordo did not sign, before any node runs.
-	for _, sig := range []string{"", "sha256=" + hmacHex("not-the-secret", []byte(`{"message_id":"forged"}`))} {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, nn.url()+"/webhook/"+n8n.WebhookPath("node-sync-handler", ns.slug),
+	// 6b. The trigger refuses a call ordo did not sign, before any node
+	// runs (once n8n registered the triggers: it activates workflows one
+	// by one after its first webhook answers).
+	forged := func(tn *e2eTenant, sig string) int {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, nn.url()+"/webhook/"+n8n.WebhookPath(tn.handler, tn.slug),
 			strings.NewReader(`{"message_id":"forged"}`))
 		req.Header.Set("Content-Type", "application/json")
 		if sig != "" {
@@ -377,8 +379,17 @@ func nodeSteps(ctx context.Context, t *testing.T, step func(string, ...any), o *
 		resp, err := http.DefaultClient.Do(req)
 		must(t, err, "post a forged call")
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Errorf("Ordo Trigger: a call signed %q answered %d, want 401", sig, resp.StatusCode)
+		return resp.StatusCode
+	}
+	for _, tn := range []*e2eTenant{ns, nl, na} {
+		must(t, waitFor(ctx, 5*time.Minute, func() (bool, string) {
+			code := forged(tn, "")
+			return code != http.StatusNotFound, fmt.Sprintf("%s's trigger answers %d", tn.slug, code)
+		}), "n8n registers the Ordo Trigger")
+		for _, sig := range []string{"", "sha256=" + hmacHex("not-the-secret", []byte(`{"message_id":"forged"}`))} {
+			if code := forged(tn, sig); code != http.StatusUnauthorized {
+				t.Errorf("Ordo Trigger of %s: a call signed %q answered %d, want 401", tn.slug, sig, code)
+			}
 		}
 	}
 	step("node: the Ordo Trigger answers 401 to unsigned and wrongly signed calls")
