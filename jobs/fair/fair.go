@@ -332,7 +332,10 @@ func (s *Scheduler) Pick(now time.Time, fresh bool) (Turn, Decision) {
 			return Turn{}, None
 		}
 	}
-	for skipped := 0; skipped < len(s.round); {
+	// Skip the visits of tenants served out of turn — unless every tenant
+	// of the round was: then the next one goes all the same (a round of
+	// one tenant must not come back empty).
+	for skipped := 0; ; {
 		t := s.round[s.pos]
 		s.left--
 		if s.left <= 0 {
@@ -345,7 +348,7 @@ func (s *Scheduler) Pick(now time.Time, fresh bool) (Turn, Decision) {
 				}
 			}
 		}
-		if s.served[t.Tenant] > 0 {
+		if s.served[t.Tenant] > 0 && skipped < len(s.round) {
 			if s.served[t.Tenant]--; s.served[t.Tenant] == 0 {
 				delete(s.served, t.Tenant)
 			}
@@ -354,7 +357,6 @@ func (s *Scheduler) Pick(now time.Time, fresh bool) (Turn, Decision) {
 		s.pickedAt[t.Tenant] = now
 		return t, Go
 	}
-	return Turn{}, None
 }
 
 // needsRefresh says whether the next round must read the ready set again.

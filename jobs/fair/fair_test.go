@@ -130,6 +130,17 @@ func TestModel(t *testing.T) {
 				t.Fatalf("picks %v; want 2's first visit skipped", got)
 			}
 		}},
+		{"a round of one tenant served out of turn still picks it", func(t *testing.T, s *Scheduler) {
+			rows := []Due{due(1, 1, 0, 0)}
+			s.Refresh(t0, rows)
+			s.NoteDue(t0, 1)
+			if _, _, d := s.Urgent(t0, false); d != Go {
+				t.Fatalf("urgent: %v", d)
+			}
+			if got := picks(s, t0, rows, 2); !slices.Equal(got, []int64{1, 1}) {
+				t.Fatalf("picks %v; want the round's only tenant", got)
+			}
+		}},
 		{"a drain hands its worker only to a tenant with nothing running", func(t *testing.T, s *Scheduler) {
 			rows := []Due{due(1, 1, 0, 0), due(2, 1, 0, 0), due(3, 1, 0, 0)}
 			picks(s, t0, rows, 2)
