@@ -196,6 +196,8 @@ type TimelineStep struct {
 	// RepliesDueAt is until when a waiting handle step (an async handler)
 	// waits for its replies.
 	RepliesDueAt *time.Time `json:"replies_due_at"`
+	// Sandbox: the send went to ordo dev's sandbox, not to WhatsApp.
+	Sandbox bool `json:"sandbox" db:"-"`
 }
 
 // TimelineDeadLetter is a dead letter of a timeline's message.
@@ -297,6 +299,7 @@ func (e *Engine) AdminTimeline(ctx context.Context, slug, conversationID string,
 			return err
 		}
 		for _, s := range steps {
+			s.Sandbox = IsSandboxWAMID(s.ProviderMessageID)
 			m := &tl.Messages[byPK[s.MessagePK]]
 			m.Steps = append(m.Steps, s)
 		}

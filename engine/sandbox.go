@@ -7,15 +7,23 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
+// SandboxWAMIDPrefix starts every message id the sandbox answers with, and
+// no id WhatsApp gives: a step's provider_message_id says where it went.
+const SandboxWAMIDPrefix = "wamid.sandbox."
+
 const insertSandboxSend = `
 INSERT INTO ordo.sandbox_sends (phone_number_id, wamid, body)
 VALUES ($1, 'wamid.sandbox.' || md5(random()::text), $2)
 RETURNING wamid`
+
+// IsSandboxWAMID reports whether a provider message id is the sandbox's.
+func IsSandboxWAMID(id string) bool { return strings.HasPrefix(id, SandboxWAMIDPrefix) }
 
 const listSandboxSends = `
 SELECT id, phone_number_id, wamid, body, created_at FROM ordo.sandbox_sends ORDER BY id DESC LIMIT 100`

@@ -17,6 +17,8 @@ type Step struct {
 	LastError         string `json:"last_error,omitempty"`
 	ProviderMessageID string `json:"provider_message_id,omitempty"`
 	ProviderStatus    string `json:"provider_status,omitempty"`
+	// Sandbox: the send went to ordo dev's sandbox, not to WhatsApp.
+	Sandbox bool `json:"sandbox,omitempty"`
 	// AmbiguousCount is how many of the step's sends ended without a
 	// definite answer (the message may have gone out).
 	AmbiguousCount int `json:"ambiguous_count"`
@@ -49,7 +51,8 @@ WHERE m.tenant_id = $1 AND m.message_id = $2`
 
 const stepsQuery = `
 SELECT s.id::text, s.kind, s.status, s.attempts,
-       coalesce(s.errors -> -1 ->> 'error', ''), coalesce(s.provider_message_id, ''), coalesce(s.provider_status, ''),
+       CASE WHEN s.status <> 'done' THEN coalesce(s.errors -> -1 ->> 'error', '') ELSE '' END,
+       coalesce(s.provider_message_id, ''), coalesce(s.provider_status, ''),
        s.ambiguous_count, CASE WHEN s.status = 'waiting' THEN s.replies_due_at END
 FROM ordo.steps s JOIN ordo.messages m ON m.id = s.message_pk
 WHERE m.tenant_id = $1 AND m.message_id = $2
@@ -69,6 +72,7 @@ func (e *Engine) Message(ctx context.Context, tenantID int64, messageID string) 
 	m.Steps, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Step, error) {
 		var s Step
 		err := r.Scan(&s.ID, &s.Kind, &s.Status, &s.Attempts, &s.LastError, &s.ProviderMessageID, &s.ProviderStatus, &s.AmbiguousCount, &s.RepliesDueAt)
+		s.Sandbox = IsSandboxWAMID(s.ProviderMessageID)
 		return s, err
 	})
 	if err != nil {

@@ -278,8 +278,8 @@ func TestBatchDrainsBacklogsInOrderOnce(t *testing.T) {
 // A tenant with nothing running gets a worker while a campaign's drains and
 // batches hold all of a process's room: one beyond Config.Workers (at most
 // the room's overdraft). Without it the quiet message waited for the
-// campaign's round to end (`make bench` noisy: its p99 went from 10 ms to
-// 100-190 ms with batches); here the campaign's sends are held until the
+// campaign's round to end (`make bench` noisy: its p99 grew several times
+// over with batches); here the campaign's sends are held until the
 // quiet message has gone out.
 func TestTenantWithNothingRunningIsNotHeldBehindACampaignsRoom(t *testing.T) {
 	t.Parallel()

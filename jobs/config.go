@@ -14,6 +14,7 @@ import (
 
 	"github.com/ordo-dev/ordo/jobs/metrics"
 	"github.com/ordo-dev/ordo/jobs/outage"
+	"github.com/ordo-dev/ordo/jobs/whatsapp"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -129,6 +130,12 @@ type Config struct {
 	// WhatsAppAPIURL is the Cloud API's base URL. Default
 	// WhatsAppAPIURLDefault.
 	WhatsAppAPIURL string
+	// SandboxCredential, if set, is the WhatsApp credential a tenant without
+	// one of its own sends with. Only `ordo dev` sets it, with WhatsAppAPIURL
+	// pointing at its sandbox, so that a tenant made with `ordo tenant
+	// create` sends at once. Default nil (ordo serve): such a tenant's
+	// sending pauses until it has a credential.
+	SandboxCredential *whatsapp.Credential
 	// PruneInterval is how often the pruner removes the content of messages
 	// past their tenant's retention (prune.go). Default PruneIntervalDefault;
 	// negative turns the pruner off in this process.
@@ -147,6 +154,10 @@ type Config struct {
 	// Events tunes the delivery of tenant events (events.go); its fields
 	// default one by one.
 	Events EventsConfig
+	// Outbound is the operator's part of the address policy every call to
+	// a tenant's handler_url and events_url is dialled under (outbound.go;
+	// the built-in refusals apply without it). Default none.
+	Outbound tenants.OutboundPolicy
 	// Database is Postgres's state as this process sees it (outage.Watch):
 	// while it is unreachable every loop of the runner backs off together
 	// and logs nothing but its going and its return. Shared with the web

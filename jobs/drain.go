@@ -66,7 +66,8 @@ func newDrainer(cfg Config, pool *pgxpool.Pool, ts *tenants.Store, vault *tenant
 			Timeout: cfg.HandlerTimeout,
 			// Many tenants' handlers are workflows of one n8n: keep a
 			// connection per worker to a host, as for sends.
-			Transport: whatsapp.NewHTTPClient(0, cfg.Workers).Transport,
+			// Dialled under the outbound address policy (outbound.go).
+			Transport: outboundTransport(cfg.Outbound, cfg.Workers),
 			// A 3xx is answered as it is (a permanent error naming it): the
 			// call is signed for its URL, and a redirect could take the
 			// body and its signature anywhere.

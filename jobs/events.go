@@ -1,6 +1,6 @@
 package jobs
 
-// Tenant events (issue 16 point 5): a tenant with an events_url is told
+// Tenant events: a tenant with an events_url is told
 // what happened to its messages and conversations — message.sent,
 // message.delivered|read|failed, message.dead_lettered, conversation.halted,
 // tenant.sending_paused|resumed — signed and authenticated (handler_auth)
@@ -212,9 +212,11 @@ type eventsWorker struct {
 	stopping func() bool
 }
 
-func newEventsWorker(cfg EventsConfig, pool *pgxpool.Pool, ts *tenants.Store, logger *slog.Logger) *eventsWorker {
+func newEventsWorker(cfg EventsConfig, outbound tenants.OutboundPolicy, pool *pgxpool.Pool, ts *tenants.Store, logger *slog.Logger) *eventsWorker {
 	return &eventsWorker{cfg: cfg, pool: pool, tenants: ts, logger: logger, http: &http.Client{
 		Timeout: cfg.Timeout,
+		// Dialled under the outbound address policy (outbound.go).
+		Transport: outboundTransport(outbound, 2),
 		// Signed for its URL: a redirect could take the body and its
 		// signature anywhere.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },

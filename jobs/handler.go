@@ -78,6 +78,9 @@ func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error)
 	req.Header.Set("Idempotency-Key", r.tenant.Slug+":"+m.id)
 	resp, err := r.d.handlers.Do(req)
 	if err != nil {
+		if errors.Is(err, tenants.ErrOutboundRefused) {
+			return handlerAnswer{}, &failure{msg: "handler_url refused by the outbound address policy: " + outboundCause(err), action: actDeadLetter}
+		}
 		if cause := redactURL(err); cause != "timeout" {
 			return handlerAnswer{}, &failure{msg: "handler unreachable: " + cause + handlerDown, action: actUnreachable}
 		}

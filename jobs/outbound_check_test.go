@@ -12,7 +12,7 @@ import (
 // An application's outbound message through ordo.enqueue_message skips the
 // REST door's schema check: the drain checks it before sending, and a
 // message WhatsApp would refuse is dead-lettered at once, its reason naming
-// the JSON path, with no request to the Cloud API (issue 17). The
+// the JSON path, with no request to the Cloud API. The
 // conversation then follows its tenant's policy (halt, by default), and the
 // other conversations go on.
 func TestSQLOutboundCheckedBeforeSending(t *testing.T) {

@@ -55,12 +55,11 @@ func secondRunner(t *testing.T, b *jobstest.Bundle, workers int, onSend func()) 
 //
 // Judged on the times the sends were let go (each step's start, on the
 // database's one clock, which ordo.reserve_send spaces 1/send_rate apart
-// with 50 ms of tolerance: at most 85 in any second, however late a drain
-// comes back for its slot) and, loosely, on the fake Cloud API's receipt
-// times, which also carry this test process's own scheduling: under make
-// test a first send took 55 ms from its start to its receipt, and CI saw
-// 91 in one second at the provider when late slots still went at once.
-// Two budgets instead of one would show about 160 in both.
+// with a small tolerance: at most a few over the rate in any second, however
+// late a drain comes back for its slot) and, loosely, on the fake Cloud API's
+// receipt times, which also carry this test process's own scheduling (a
+// send's way from its start to its receipt is not free under make test).
+// Two budgets instead of one would show about twice the rate in both.
 func TestPacingHoldsRateAcrossTwoRunners(t *testing.T) {
 	t.Parallel()
 	const (
@@ -141,9 +140,9 @@ func TestPacingHoldsRateAcrossTwoRunners(t *testing.T) {
 	}
 	if avg < rate/20 {
 		// Only a sanity check that a backlog drains at all: on a starved
-		// CPU (make test runs the crash run's processes beside this one;
-		// 8.7 msg/s was seen) the drains cannot keep up with 80/s. Alone
-		// it sends 60-70/s. TestReserveSendSpacing pins the slots themselves.
+		// CPU (make test runs the crash run's processes beside this one)
+		// the drains cannot keep up with the rate. TestReserveSendSpacing
+		// pins the slots themselves.
 		t.Fatalf("sent only %.1f msg/s with a backlog", avg)
 	}
 	if sentBy[0].Load() < int64(len(started))/10 || sentBy[1].Load() < int64(len(started))/10 {
@@ -246,8 +245,12 @@ func TestThrottledSlowsTheWholeNumber(t *testing.T) {
 	}
 	b.WaitFor("m1 done", 5*time.Second, func() bool { return b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`) == 2 })
 	m, err := b.Engine.Message(ctx, b.Tenant.ID, "m1")
-	if err != nil || m.Status != "done" || m.Steps[0].Attempts != 2 || !strings.Contains(m.Steps[0].LastError, "130429") {
-		t.Fatalf("m1 = %+v, %v; want done after 2 attempts with the throttle in its history", m, err)
+	// The throttle stays in the step's history (the admin page's
+	// timeline); the view's last_error is only for a step not done.
+	throttleKept := b.Count(`SELECT count(*) FROM ordo.steps s JOIN ordo.messages m ON m.id = s.message_pk
+		WHERE m.message_id = 'm1' AND s.errors::text LIKE '%130429%'`) == 1
+	if err != nil || m.Status != "done" || m.Steps[0].Attempts != 2 || !throttleKept || m.Steps[0].LastError != "" {
+		t.Fatalf("m1 = %+v, %v; want done after 2 attempts with the throttle in its history and no stale last_error", m, err)
 	}
 }
 

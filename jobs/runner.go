@@ -129,7 +129,7 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 	if err := river.AddWorkerSafely(workers, &runnerWorker{r: r}); err != nil {
 		return nil, err
 	}
-	r.events = newEventsWorker(cfg.Events, pool, ts, logger)
+	r.events = newEventsWorker(cfg.Events, cfg.Outbound, pool, ts, logger)
 	r.events.stopping = r.drainer.stopping.Load
 	if err := river.AddWorkerSafely(workers, r.events); err != nil {
 		return nil, err

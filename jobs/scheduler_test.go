@@ -249,8 +249,8 @@ func TestIdleRunnersAreNotAllWokenForOneMessage(t *testing.T) {
 // worker at that message's boundary: the finish of the message does not
 // start the next one of the drain's conversation first. It did (the choice
 // was made before the send), and the waiting tenant waited for two provider
-// answers instead of one (`make bench` noisy: quiet p99 about 100 ms with
-// 50 ms answers).
+// answers instead of one (`make bench` noisy: the quiet tenant's p99 was
+// two provider answers long).
 func TestDueTenantGetsTheWorkerAtTheNextBoundary(t *testing.T) {
 	t.Parallel()
 	b := jobstest.Setup(t, jobstest.Options{NoStart: true, Config: jobs.Config{

@@ -11,7 +11,7 @@ import (
 )
 
 // TestEnqueueCopyRacingAFinishingDrain is the deadlock the chaos run found
-// (two a minute at 40 msg/s): copy B of a message misses the original in
+// under steady load: copy B of a message misses the original in
 // its dedupe lookup because the original A is not committed yet, and waits
 // for the conversation's row lock. A commits, a drain sends the message and
 // writes its end (message done, then the conversation's head) — while B,

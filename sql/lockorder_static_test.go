@@ -155,7 +155,7 @@ func TestFunctionsTakeLocksInTheWrittenOrder(t *testing.T) {
 	// The check can fail: a function that writes a step before its
 	// conversation, or calls one that does after a later level.
 	bad := map[string]string{
-		"step_then_conv": `UPDATE ordo.steps SET status = 'x'; PERFORM 1 FROM ordo.conversations c WHERE c.id = 1 FOR NO KEY UPDATE;`,
+		"step_then_conv":   `UPDATE ordo.steps SET status = 'x'; PERFORM 1 FROM ordo.conversations c WHERE c.id = 1 FOR NO KEY UPDATE;`,
 		"ready_then_fence": `UPDATE ordo.ready SET due_at = now(); PERFORM ordo.check_fence(1, 2);`,
 		"check_fence":      funcs["check_fence"],
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/ordo-dev/ordo/sql/sqltest"
 )
 
-// TestImportDrainsAndPacingTakeLocksInOneOrder is issue 10's batch-import
+// TestImportDrainsAndPacingTakeLocksInOneOrder is the batch-import
 // deadlock, forced step by step. An application's transaction enqueues to
 // conversations B then A of one paced tenant while two drains run:
 //

@@ -137,8 +137,9 @@ type Querier = ordosql.Querier
 // Store reads and writes tenants and their API keys. It is safe for concurrent
 // use.
 type Store struct {
-	pool  *pgxpool.Pool
-	vault *Vault
+	pool     *pgxpool.Pool
+	vault    *Vault
+	outbound OutboundPolicy // checks handler_url and events_url when set (outbound.go)
 }
 
 // NewStore returns a Store on pool. vault keeps each tenant's handler secret;
@@ -146,6 +147,15 @@ type Store struct {
 // (those methods then fail).
 func NewStore(pool *pgxpool.Pool, vault *Vault) *Store {
 	return &Store{pool: pool, vault: vault}
+}
+
+// WithOutbound returns a copy of s that checks the handler and events URLs
+// it is given against policy's operator lists as well as the built-in
+// refusals (which apply without it too).
+func (s *Store) WithOutbound(policy OutboundPolicy) *Store {
+	c := *s
+	c.outbound = policy
+	return &c
 }
 
 // CreateParams are a new tenant's settings. The policies start at their
@@ -200,7 +210,7 @@ func (s *Store) CreateTx(ctx context.Context, tx pgx.Tx, p CreateParams) (Create
 	if err := validateName(p.Name); err != nil {
 		return Created{}, err
 	}
-	if err := validateHandlerURL(p.HandlerURL); err != nil {
+	if err := s.validateURL("handler_url", p.HandlerURL); err != nil {
 		return Created{}, err
 	}
 	if s.vault == nil {
@@ -288,7 +298,7 @@ type UpdateParams struct {
 	RetryTimeouts *bool
 }
 
-func (p UpdateParams) validate() error {
+func (p UpdateParams) validate(s *Store) error {
 	if p.Weight != nil && (*p.Weight < 1 || *p.Weight > 1000) {
 		return invalid("weight", "must be between 1 and 1000")
 	}
@@ -308,12 +318,12 @@ func (p UpdateParams) validate() error {
 		return invalid("handler_outage_limit", "must be between 1m and 168h")
 	}
 	if p.EventsURL != nil {
-		if err := validateURL("events_url", *p.EventsURL); err != nil {
+		if err := s.validateURL("events_url", *p.EventsURL); err != nil {
 			return err
 		}
 	}
 	if p.HandlerURL != nil {
-		if err := validateHandlerURL(*p.HandlerURL); err != nil {
+		if err := s.validateURL("handler_url", *p.HandlerURL); err != nil {
 			return err
 		}
 	}
@@ -373,7 +383,7 @@ func (s *Store) Update(ctx context.Context, slug string, p UpdateParams) (Tenant
 
 // UpdateTx is Update on q, the caller's transaction.
 func (s *Store) UpdateTx(ctx context.Context, q Querier, slug string, p UpdateParams) (Tenant, error) {
-	if err := p.validate(); err != nil {
+	if err := p.validate(s); err != nil {
 		return Tenant{}, err
 	}
 	t, err := scanTenant(q.QueryRow(ctx, updateTenant,
@@ -557,8 +567,14 @@ func validateName(name string) error {
 	return nil
 }
 
-// validateHandlerURL accepts "" (no handler) or an absolute http(s) URL.
-func validateHandlerURL(s string) error { return validateURL("handler_url", s) }
+// validateURL accepts "" (none) or an absolute http(s) URL for field that
+// the outbound address policy allows.
+func (s *Store) validateURL(field, u string) error {
+	if err := validateURL(field, u); err != nil {
+		return err
+	}
+	return s.outbound.CheckURL(field, u)
+}
 
 // validateURL accepts "" (none) or an absolute http(s) URL for field.
 func validateURL(field, s string) error {

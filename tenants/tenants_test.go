@@ -82,7 +82,8 @@ func TestCreate(t *testing.T) {
 	want := tenants.Tenant{ID: c.Tenant.ID, Slug: "acme", Name: "Acme Ltd", HandlerURL: "https://n8n.example.com/webhook/ordo",
 		OnDeadLetter: "halt", Ambiguous: "reconcile", MaxAttempts: 8, SendRate: 80, CreatedAt: c.Tenant.CreatedAt,
 		Retention: tenants.Retention(tenants.RetentionDefault), Weight: tenants.WeightDefault, HandlerMode: tenants.HandlerModeDefault,
-		HandlerTimeoutMS: int(tenants.HandlerTimeoutDefault.Milliseconds()), ReplyDeadlineMS: int(tenants.ReplyDeadlineDefault.Milliseconds())}
+		HandlerTimeoutMS: int(tenants.HandlerTimeoutDefault.Milliseconds()), ReplyDeadlineMS: int(tenants.ReplyDeadlineDefault.Milliseconds()),
+		HandlerOutageLimitMS: tenants.HandlerOutageLimitDefault.Milliseconds()}
 	if c.Tenant != want {
 		t.Errorf("created tenant = %+v, want %+v", c.Tenant, want)
 	}
@@ -222,7 +223,8 @@ func TestUpdate(t *testing.T) {
 	want := tenants.Tenant{ID: c.Tenant.ID, Slug: "acme", Name: "Acme", HandlerURL: "http://n8n:5678/webhook/acme",
 		OnDeadLetter: "skip", Ambiguous: "resend", MaxAttempts: 3, SendRate: 80, CreatedAt: c.Tenant.CreatedAt,
 		Retention: tenants.Retention(90 * 24 * time.Hour), Weight: 3, MaxConcurrency: 5, HandlerMode: "async",
-		HandlerTimeoutMS: 60000, ReplyDeadlineMS: 120000, EventsURL: "https://n8n.example.com/webhook/events"}
+		HandlerTimeoutMS: 60000, ReplyDeadlineMS: 120000, EventsURL: "https://n8n.example.com/webhook/events",
+		HandlerOutageLimitMS: tenants.HandlerOutageLimitDefault.Milliseconds()}
 	if got != want {
 		t.Errorf("updated = %+v, want %+v", got, want)
 	}

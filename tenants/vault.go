@@ -238,6 +238,21 @@ func (v *Vault) Put(ctx context.Context, q Querier, tenantID int64, name string,
 	return nil
 }
 
+const deleteCredential = `DELETE FROM ordo.credentials WHERE tenant_id = $1 AND name = $2`
+
+// DeleteCredential removes the tenant's credential name on q (the caller's
+// transaction); ErrNotFound when it has none. Needs no master key.
+func DeleteCredential(ctx context.Context, q Querier, tenantID int64, name string) error {
+	tag, err := q.Exec(ctx, deleteCredential, tenantID, name)
+	if err != nil {
+		return fmt.Errorf("delete credential %q of tenant %d: %w", name, tenantID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("no %s credential is set: %w", name, ErrNotFound)
+	}
+	return nil
+}
+
 const selectCredential = `
 SELECT key_id, wrapped_key, ciphertext FROM ordo.credentials WHERE tenant_id = $1 AND name = $2`
 

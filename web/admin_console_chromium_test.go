@@ -43,9 +43,7 @@ type handlerCall struct{ tenant, conversation, message string }
 // With ORDO_ADMIN_SCREENSHOTS=dir it writes the README's screenshots there.
 func TestAdminConsoleInChromium(t *testing.T) {
 	t.Parallel()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Fatalf("the console test drives a real browser and needs %s: install it with `apt-get update && apt-get install -y chromium`: %v", chromiumPath, err)
-	}
+	needChromium(t)
 	var (
 		failing atomic.Bool
 		mu      sync.Mutex

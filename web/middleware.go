@@ -25,8 +25,8 @@ type (
 
 // authenticate resolves the tenant from the Bearer API key: the tenant never
 // comes from the URL or the body. Failures are counted per client address
-// and key prefix (throttle.go); past the limit the answer is 429 before any
-// lookup.
+// only, never per key prefix (throttle.go): past the limit the address is
+// answered 429 before any lookup.
 func (s *Server) authenticate(next http.Handler) http.Handler { return s.authenticateKey(next, false) }
 
 // authenticateIngest is authenticate for POST /v1/messages, the API's hot
@@ -43,12 +43,9 @@ func (s *Server) authenticateIngest(next http.Handler) http.Handler {
 func (s *Server) authenticateKey(next http.Handler, reuse bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, ok := bearer(r.Header.Get("Authorization"))
-		addr, prefix := "addr:"+s.clientAddr(r), ""
-		if p := keyPrefix(key); p != "" {
-			prefix = "key:" + p
-		}
+		addr := "addr:" + s.clientAddr(r)
 		hash := sha256.Sum256([]byte(key))
-		if wait := s.throttle.blocked(addr, prefix); wait > 0 && !s.good.known(hash) {
+		if wait := s.throttle.blocked(addr); wait > 0 && !s.good.known(hash) {
 			s.tooManyFailures(w, r, wait)
 			return
 		}
@@ -67,7 +64,7 @@ func (s *Server) authenticateKey(next http.Handler, reuse bool) http.Handler {
 		}
 		t, err := s.tenants.Authenticate(r.Context(), key)
 		if errors.Is(err, tenants.ErrUnauthorized) {
-			s.throttle.fail(addr, prefix)
+			s.throttle.fail(addr)
 		}
 		if err != nil {
 			s.writeError(w, r, err)
@@ -85,17 +82,17 @@ func (s *Server) authenticateKey(next http.Handler, reuse bool) http.Handler {
 // tooManyFailures answers a throttled client: 429 with Retry-After.
 func (s *Server) tooManyFailures(w http.ResponseWriter, r *http.Request, wait time.Duration) {
 	w.Header().Set("Retry-After", retryAfter(wait))
-	s.writeError(w, r, engine.Errorf(engine.CodeRateLimited, "too many failed authentications from this client or for this key; retry after %s seconds", retryAfter(wait)))
+	s.writeError(w, r, engine.Errorf(engine.CodeRateLimited, "too many failed authentications from this client; retry after %s seconds", retryAfter(wait)))
 }
 
 // tooManyUnsigned answers a webhook sender past its failed signatures:
 // 429 with Retry-After, its body unread. The connection is closed after
-// the answer, or the server would read (and drop) up to 256 KiB of a
-// chunked body to keep it open.
+// the answer (closeUnread), or the server would read (and drop) up to 256
+// KiB of a chunked body to keep it open.
 func (s *Server) tooManyUnsigned(w http.ResponseWriter, r *http.Request, wait time.Duration) {
 	w.Header().Set("Retry-After", retryAfter(wait))
-	w.Header().Set("Connection", "close")
-	s.writeError(w, r, engine.Errorf(engine.CodeRateLimited, "too many webhook posts without a valid %s from this client; retry after %s seconds", signatureHeader, retryAfter(wait)))
+	closeUnread(w)
+	s.writeError(w, r, engine.Errorf(engine.CodeRateLimited, "too many webhook requests without a valid %s or verify token from this client; retry after %s seconds", signatureHeader, retryAfter(wait)))
 }
 
 // keyPrefix returns the public prefix of an API key shaped

@@ -36,8 +36,8 @@ var contract struct {
 	err    error
 	// bodies validates JSON bodies against the document's schemas, each
 	// compiled once: kin-openapi's 3.1 (JSON Schema 2020-12) validation
-	// compiles the schema again for every value (~15 ms under -race), which
-	// the concurrent-clients test cannot afford for 10,000 answers.
+	// compiles the schema again for every value, which the
+	// concurrent-clients test cannot afford for 10,000 answers.
 	compiler *jsonschema.Compiler
 	mu       sync.Mutex
 	compiled map[string]*jsonschema.Schema

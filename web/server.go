@@ -29,6 +29,10 @@ const (
 	KeyReuseDefault                 = 10 * time.Second
 	UnauthenticatedBodyWaitDefault  = time.Second
 	WebhookReadTimeoutDefault       = 10 * time.Second
+	WebhookBodiesPerAddressDefault  = 4
+	WebhookBodiesPerTenantDefault   = 16
+	WebhookMinRateDefault           = 1024
+	WebhookMinRateGraceDefault      = 5 * time.Second
 	ReadHeaderTimeoutDefault        = 10 * time.Second
 	ReadTimeoutDefault              = 60 * time.Second
 	WriteTimeoutDefault             = 60 * time.Second
@@ -78,6 +82,20 @@ type Config struct {
 	// WebhookReadTimeout bounds reading one webhook body, so a slow sender
 	// cannot hold a slot for long. Default WebhookReadTimeoutDefault (10s).
 	WebhookReadTimeout time.Duration
+	// WebhookBodiesPerAddress and WebhookBodiesPerTenant are the shares of
+	// those slots one client address, and one tenant's webhook URL, may
+	// hold at once (an address that sent a valid signature recently is not
+	// held to the tenant's share; slots.go). Defaults
+	// WebhookBodiesPerAddressDefault (4) and WebhookBodiesPerTenantDefault
+	// (16).
+	WebhookBodiesPerAddress int
+	WebhookBodiesPerTenant  int
+	// WebhookMinRate is the slowest a webhook body may arrive, in bytes per
+	// second, once WebhookMinRateGrace has passed; a slower one is cut
+	// (503, connection closed). Defaults WebhookMinRateDefault (1 KiB/s)
+	// and WebhookMinRateGraceDefault (5s).
+	WebhookMinRate      int64
+	WebhookMinRateGrace time.Duration
 	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout are the
 	// http.Server's (see HTTPServer). Defaults ReadHeaderTimeoutDefault
 	// (10s), ReadTimeoutDefault (60s), WriteTimeoutDefault (60s),
@@ -87,13 +105,13 @@ type Config struct {
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
 	// AuthFailureLimit is how many failed authentications (API key or admin
-	// password) one client address, or one API key prefix, may make per
+	// password) one client address may make per
 	// AuthFailureWindow before it is answered 429 with Retry-After, without
 	// a database lookup. Defaults AuthFailureLimitDefault (30) and
 	// AuthFailureWindowDefault (1 minute).
 	AuthFailureLimit  int
 	AuthFailureWindow time.Duration
-	// AuthThrottleEntries bounds the addresses and prefixes tracked (least
+	// AuthThrottleEntries bounds the addresses tracked (least
 	// recently failed forgotten first), for API keys and webhook signatures
 	// each. Default AuthThrottleEntriesDefault.
 	AuthThrottleEntries int
@@ -138,6 +156,10 @@ func (c Config) WithDefaults() Config {
 	c.UnauthenticatedBodyWait = cmp.Or(c.UnauthenticatedBodyWait, UnauthenticatedBodyWaitDefault)
 	c.KeyReuse = cmp.Or(c.KeyReuse, KeyReuseDefault)
 	c.WebhookReadTimeout = cmp.Or(c.WebhookReadTimeout, WebhookReadTimeoutDefault)
+	c.WebhookBodiesPerAddress = cmp.Or(c.WebhookBodiesPerAddress, WebhookBodiesPerAddressDefault)
+	c.WebhookBodiesPerTenant = cmp.Or(c.WebhookBodiesPerTenant, WebhookBodiesPerTenantDefault)
+	c.WebhookMinRate = cmp.Or(c.WebhookMinRate, WebhookMinRateDefault)
+	c.WebhookMinRateGrace = cmp.Or(c.WebhookMinRateGrace, WebhookMinRateGraceDefault)
 	c.ReadHeaderTimeout = cmp.Or(c.ReadHeaderTimeout, ReadHeaderTimeoutDefault)
 	c.ReadTimeout = cmp.Or(c.ReadTimeout, ReadTimeoutDefault)
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
@@ -177,7 +199,7 @@ type Server struct {
 	unsigned *authThrottle
 	signers  goodKeys
 	channels *channelCache // webhook tenants and credentials (channels.go)
-	bodies   chan struct{} // slots for unauthenticated webhook bodies
+	bodies   *bodySlots    // slots for unauthenticated webhook bodies (slots.go)
 }
 
 // New returns a Server.
@@ -189,7 +211,7 @@ func New(cfg Config, eng *engine.Engine, ts *tenants.Store, vault *tenants.Vault
 	s := &Server{cfg: cfg, engine: eng, tenants: ts, vault: vault, logger: logger,
 		throttle: newAuthThrottle(cfg.AuthFailureLimit, cfg.AuthFailureWindow, cfg.AuthThrottleEntries),
 		unsigned: newAuthThrottle(cfg.WebhookFailureLimit, cfg.WebhookFailureWindow, cfg.AuthThrottleEntries),
-		bodies:   make(chan struct{}, cfg.MaxUnauthenticatedBodies),
+		bodies:   newBodySlots(cfg.MaxUnauthenticatedBodies, cfg.WebhookBodiesPerAddress, cfg.WebhookBodiesPerTenant),
 		good:     newGoodKeys(),
 		signers:  newGoodKeys(),
 		recent:   recently[tenants.Tenant]{ttl: cfg.KeyReuse},
@@ -250,6 +272,27 @@ func (s *Server) Handler() http.Handler {
 	}
 	if s.cfg.AdminPassword != "" {
 		s.routeAdmin(r)
+	} else {
+		r.PathPrefix("/admin/api/").HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.writeError(w, r, engine.Errorf(engine.CodeNotFound, "%s", adminOffMessage))
+		})
+		r.PathPrefix("/admin").HandlerFunc(adminOff)
 	}
 	return s.logRequests(r)
+}
+
+// adminOffMessage is the admin API's 404 when no admin password is set.
+var adminOffMessage = fmt.Sprintf("the admin page is off: set ORDO_ADMIN_PASSWORD (at least %d characters) and restart ordo", AdminPasswordMinLength)
+
+// adminOff answers /admin when no admin password is set: 404, with a page
+// that says how to turn it on rather than a bare "not found".
+func adminOff(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusNotFound)
+	fmt.Fprintf(w, `<!doctype html><meta charset="utf-8"><title>ordo: admin page off</title>
+<h1>The admin page is off</h1>
+<p>Set <code>ORDO_ADMIN_PASSWORD</code> (at least %d characters) in ordo's environment and restart it;
+the page then asks for that password (any user name).</p>
+`, AdminPasswordMinLength)
 }

@@ -2,14 +2,23 @@ package web
 
 // Failed authentication costs the attacker, not ordo: every well-formed
 // wrong API key is a database lookup, and the admin password has no other
-// brake. So failures are counted per client address and per API key prefix
-// in a fixed window; past Config.AuthFailureLimit in one window the address
-// (or prefix) is answered 429 with Retry-After, before any lookup, until
-// the window ends. A key that authenticated recently passes a block (its
-// lookup still runs, so a revoked key is still refused): one tenant's broken
-// key behind a shared address (an n8n serving many tenants, a NAT) must not
-// lock out every other tenant's traffic, nor a guesser on a key's public
-// prefix lock out the real key; any other key is blocked without a lookup.
+// brake. So failures are counted per client address in a fixed window; past
+// Config.AuthFailureLimit in one window the address is answered 429 with
+// Retry-After, before any lookup, until the window ends.
+//
+// Never per API key prefix: the prefix is public (the admin page and the
+// audit show it), so counting on it let anyone lock a key out by sending
+// wrong secrets on its prefix (issue 24: 30 guesses, the real key 429 for a
+// minute). A guess on a prefix costs its sender's address, like any other;
+// the secret's 128 bits are the brake on guessing it.
+//
+// A key that authenticated recently (goodKeyTTL, in this process) passes a
+// block of its own address too (its lookup still runs, so a revoked key is
+// still refused): one tenant's broken key behind a shared address (an n8n
+// serving many tenants, a NAT), or a guesser at the same address, must not
+// lock out every other tenant's traffic. A key not seen recently that comes
+// from a blocked address waits out the window like any other: telling it
+// apart would need the lookup the block exists to save.
 //
 // The WhatsApp webhook has no key, so its failures (posts without a valid
 // signature) are counted per client address alone, in a throttle of their
@@ -110,7 +119,7 @@ func (g *goodKeys) known(hash [32]byte) bool {
 	return ok
 }
 
-// authThrottle counts failed authentications per key ("addr:…", "key:…").
+// authThrottle counts failed authentications per key (a client address).
 type authThrottle struct {
 	limit  int
 	window time.Duration

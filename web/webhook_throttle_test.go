@@ -157,3 +157,30 @@ func TestWebhookThrottleWindowEnds(t *testing.T) {
 	time.Sleep(window)
 	mustError(t, "unsigned after the window", unsignedPost(), 401, "unauthorized")
 }
+
+// The verify handshake is throttled per client address like unsigned
+// posts: past WebhookFailureLimit failed handshakes (a wrong verify_token,
+// an unknown tenant) the address gets 429 with Retry-After, even with the
+// right token, so a verify token cannot be guessed at speed; another
+// address is not affected. (main: no limit.)
+func TestWebhookHandshakeThrottled(t *testing.T) {
+	t.Parallel()
+	const limit = 3
+	e := startInproc(t, web.Config{WebhookFailureLimit: limit, WebhookFailureWindow: 5 * time.Minute})
+	handshake := func(remote, slug, token string) answer {
+		return e.do(http.MethodGet, "/webhooks/whatsapp/"+slug+"?hub.mode=subscribe&hub.challenge=4711&hub.verify_token="+token, remote, nil, nil)
+	}
+	for i := range limit {
+		slug := []string{"acme", "nobody"}[i%2]
+		mustError(t, "wrong handshake", handshake("198.51.100.7:1", slug, fmt.Sprintf("guess-%d", i)), 403, "forbidden")
+	}
+	a := handshake("198.51.100.7:2", "acme", waVerifyToken)
+	mustError(t, "right token from the guessing address", a, 429, "rate_limited")
+	if a.header.Get("Retry-After") == "" {
+		t.Errorf("429 without Retry-After")
+	}
+	a = handshake("203.0.113.5:1", "acme", waVerifyToken)
+	if a.status != 200 || string(a.body) != "4711" {
+		t.Fatalf("Meta's handshake from another address: %s, want 200 with the challenge", a)
+	}
+}

@@ -11,7 +11,8 @@ package web
 // one; a declared length over Config.MaxWebhookBytes is refused unread; at
 // most Config.MaxUnauthenticatedBodies bodies are read at once, each at most
 // MaxWebhookBytes, hashed as it is read; only a body whose signature holds
-// is parsed. An unknown tenant, one without a whatsapp credential and a bad
+// is parsed. The slots are shared fairly between client addresses and
+// tenants, and a body arriving too slowly is cut (slots.go). An unknown tenant, one without a whatsapp credential and a bad
 // signature get the same answer, so the endpoint does not tell which slugs
 // exist. The storage itself is engine.StoreWebhook: all or nothing, 200 only
 // after the commit.
@@ -30,7 +31,7 @@ package web
 // not the tenant's number (nothing of the request is stored); 401 unknown
 // tenant or bad or missing signature; 403 failed handshake (unknown tenant
 // included); 413 body over Config.MaxWebhookBytes; 429 with Retry-After
-// for an address past its failed signatures; 503 with Retry-After when
+// for an address past its failed signatures or handshakes; 503 with Retry-After when
 // every unauthenticated-body slot is busy.
 
 import (
@@ -91,7 +92,16 @@ func (s *Server) whatsappChannel(w http.ResponseWriter, r *http.Request) (channe
 // whatsappHandshake answers Meta's subscription check: the challenge as
 // text/plain when hub.mode is subscribe and hub.verify_token is the
 // tenant's, 403 otherwise (an unknown tenant too).
+//
+// A failed handshake counts against the client address as an unsigned post
+// does, and an address past Config.WebhookFailureLimit of them is answered
+// 429 with Retry-After unread: the verify token cannot be guessed at speed.
 func (s *Server) whatsappHandshake(w http.ResponseWriter, r *http.Request) {
+	addr := s.clientAddr(r)
+	if wait := s.unsigned.blocked(addr); wait > 0 && !s.signers.has(addr) {
+		s.tooManyUnsigned(w, r, wait)
+		return
+	}
 	ch, err := s.whatsappChannel(w, r)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -99,6 +109,7 @@ func (s *Server) whatsappHandshake(w http.ResponseWriter, r *http.Request) {
 	}
 	challenge, ok := whatsapp.VerifyHandshake(r.URL.Query(), ch.cred.VerifyToken)
 	if !ch.found || !ok {
+		s.unsigned.fail(addr)
 		s.writeError(w, r, engine.Errorf(codeForbidden, "hub.mode must be subscribe and hub.verify_token the tenant's verify_token"))
 		return
 	}
@@ -125,20 +136,23 @@ func (s *Server) whatsappEvents(w http.ResponseWriter, r *http.Request) {
 	limit := s.cfg.MaxWebhookBytes
 	if r.ContentLength > limit {
 		s.unsigned.fail(addr)
+		closeUnread(w)
 		s.writeError(w, r, engine.Errorf(engine.CodeTooLarge, "body larger than %d bytes", limit))
 		return
 	}
 	ch, err := s.whatsappChannel(w, r)
 	if err != nil {
+		closeUnread(w)
 		s.writeError(w, r, err)
 		return
 	}
 	if !ch.found {
 		s.unsigned.fail(addr)
+		closeUnread(w)
 		s.writeError(w, r, errBadSignature)
 		return
 	}
-	body, sum, read, err := s.readUnauthenticated(w, r, ch.cred.AppSecret)
+	body, sum, read, err := s.readUnauthenticated(w, r, ch.tenant.Slug, ch.cred.AppSecret)
 	if err != nil {
 		if read {
 			s.unsigned.fail(addr)
@@ -182,41 +196,53 @@ func (s *Server) whatsappEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 // readUnauthenticated reads a webhook body that nobody has vouched for yet:
-// in one of Config.MaxUnauthenticatedBodies slots (503 with Retry-After when
-// none frees up within Config.UnauthenticatedBodyWait), within
-// Config.WebhookReadTimeout, at most Config.MaxWebhookBytes (413 beyond),
-// hashed under secret as it is read. It returns the body and its HMAC, and
-// whether it took a slot to read it (an error after that is the sender's).
-func (s *Server) readUnauthenticated(w http.ResponseWriter, r *http.Request, secret string) (body, sum []byte, read bool, err error) {
-	wait := time.NewTimer(s.cfg.UnauthenticatedBodyWait)
-	defer wait.Stop()
-	select {
-	case s.bodies <- struct{}{}:
-		defer func() { <-s.bodies }()
-	case <-wait.C:
-		w.Header().Set("Retry-After", "1")
-		return nil, nil, false, engine.Errorf(engine.CodeUnavailable, "too many webhook deliveries in flight; retry shortly")
-	case <-r.Context().Done():
+// in one of the body slots (slots.go: the process's, within the address's
+// and the tenant's share; 503 with Retry-After when none frees up within
+// Config.UnauthenticatedBodyWait), no slower than Config.WebhookMinRate
+// after Config.WebhookMinRateGrace, within Config.WebhookReadTimeout, at
+// most Config.MaxWebhookBytes (413 beyond), hashed under secret as it is
+// read. It returns the body and its HMAC, and whether it took a slot to
+// read it (an error after that is the sender's).
+//
+// Every answer without a body read whole closes the connection at once
+// (closeUnread).
+func (s *Server) readUnauthenticated(w http.ResponseWriter, r *http.Request, tenant, secret string) (body, sum []byte, read bool, err error) {
+	addr := s.clientAddr(r)
+	if err := s.bodies.acquire(r.Context(), s.cfg.UnauthenticatedBodyWait, addr, tenant, s.signers.has(addr)); err != nil {
+		closeUnread(w)
+		if errors.Is(err, errNoSlot) {
+			w.Header().Set("Retry-After", "1")
+			return nil, nil, false, engine.Errorf(engine.CodeUnavailable, "too many webhook deliveries in flight; retry shortly")
+		}
 		return nil, nil, false, engine.Errorf(engine.CodeUnavailable, "request cancelled")
 	}
+	defer s.bodies.release(addr, tenant)
 	body, sum, err = s.readSlotted(w, r, secret)
+	if err != nil {
+		closeUnread(w)
+	}
 	return body, sum, true, err
 }
 
 // readSlotted is readUnauthenticated's reading, once it holds a slot.
 func (s *Server) readSlotted(w http.ResponseWriter, r *http.Request, secret string) ([]byte, []byte, error) {
-	// The deadline bounds the body only: once read, it is lifted, or the
-	// server's watch for a closed connection would cancel the request
-	// while it is being stored.
+	// The body's deadline moves with its rate (rateReader); once it is read
+	// the connection gets the server's own read deadline back (counted from
+	// now, a little after the request began), never none: a connection
+	// without one stays open as long as its sender likes (issue 24: 1,000 s).
+	// It is not left at the body's deadline either: the server's watch for
+	// a closed connection would take that for a hang-up and cancel the
+	// request while it is being stored.
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.WebhookReadTimeout))
+	start := time.Now()
+	defer func() { _ = rc.SetReadDeadline(start.Add(s.cfg.ReadTimeout)) }()
 	limit := s.cfg.MaxWebhookBytes
-	body, err := readHashed(r.Body, limit, r.ContentLength, whatsapp.NewMAC(secret))
-	_ = rc.SetReadDeadline(time.Time{})
+	src := &rateReader{r: r.Body, rc: rc, start: start, grace: s.cfg.WebhookMinRateGrace, most: s.cfg.WebhookReadTimeout, minRate: s.cfg.WebhookMinRate}
+	body, err := readHashed(src, limit, r.ContentLength, whatsapp.NewMAC(secret))
 	switch {
 	case errors.Is(err, errTooLarge):
 		return nil, nil, engine.Errorf(engine.CodeTooLarge, "body larger than %d bytes", limit)
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, os.ErrDeadlineExceeded):
+	case errors.Is(err, errTooSlow) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, os.ErrDeadlineExceeded):
 		return nil, nil, engine.Errorf(engine.CodeUnavailable, "body not received in time")
 	case err != nil:
 		return nil, nil, engine.Errorf(engine.CodeInvalid, "body: could not be read")
@@ -224,6 +250,16 @@ func (s *Server) readSlotted(w http.ResponseWriter, r *http.Request, secret stri
 		return body.data, nil, nil // a credential without app_secret verifies nothing
 	}
 	return body.data, body.sum, nil
+}
+
+// closeUnread ends the connection of a request whose body is left unread,
+// once the answer is written: Connection: close, and a read deadline now
+// past. Without the deadline the server, closing the body, would still read
+// (and drop) up to 256 KiB of it, at whatever pace the sender likes, under
+// the server's ReadTimeout (issue 24: every slow connection held for it).
+func closeUnread(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
 var errTooLarge = errors.New("body too large")

@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -40,11 +41,26 @@ func main() {
 	fs.IntVar(&c.OperatorResolves, "operator-resolves", 2, "dead letters replayed or skipped while their conversations are busy")
 	fs.IntVar(&c.SQLBatch, "sql-batch", 20, "an application enqueuing through ordo.enqueue_message, this many conversations per transaction, some rolled back (0: none)")
 	fs.DurationVar(&c.HostileFor, "hostile", 20*time.Second, "how long strangers flood the webhook with 200 concurrent unsigned 8 MB posts, once, while the load flows (0: no flood)")
+	fs.DurationVar(&c.PGAway, "pg-away", chaos.PGAwayDefault, "how long Postgres is stopped, once, under load (negative: no outage; not with --ha)")
+	fs.DurationVar(&c.HandlerOutage, "handler-outage", 0, fmt.Sprintf("how long the tenants' handler is away, once: refusing connections, then n8n's 404 (0: %s when --duration is at least %s, else half of --duration; negative: none)", chaos.HandlerOutageFull, chaos.HandlerOutageFullFrom))
 	fs.BoolVar(&c.HA, "ha", false, "run the database as a Patroni cluster (etcd, a primary, two standbys, synchronous replication; patroni and etcd-server installed with apt-get if missing) and inject failovers instead of Postgres restarts")
 	fs.IntVar(&c.Failovers, "failovers", 0, fmt.Sprintf("with --ha, how many of each failover fault (0: one per %s of load, at least one)", chaos.FailoverEvery))
+	fs.StringVar(&c.SoakDir, "soak", "", "make the run a soak (make soak): faults every few minutes, load at half of --capacity, a sample each --sample-every; its table (report.md) and plot (soak.png) are written to this directory")
+	capacity := fs.Float64("capacity", chaos.SoakCapacityDefault, "with --soak, the run's capacity in msg/s: the soak offers half of it, REST clients and SQL application together, unless --rate is given")
+	fs.DurationVar(&c.SoakSampleEvery, "sample-every", chaos.SoakSampleEveryDefault, "with --soak, how often RSS, goroutines, open files, table sizes, dead tuples and p99 are sampled")
 	fs.StringVar(&c.Dir, "dir", "", "directory for the cluster and the logs (default: a temporary one, kept if the run fails)")
 	if err := cli.ParseFlags(fs, os.Args[1:]); err != nil {
 		os.Exit(2)
+	}
+	if c.SoakDir != "" {
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		if !given["sql-batch"] {
+			c.SQLBatch = chaos.SoakSQLBatchDefault
+		}
+		if !given["rate"] {
+			c.Rate = chaos.SoakRESTRate(*capacity, c.SQLBatch)
+		}
 	}
 	bin, err := filepath.Abs(ordo)
 	if err == nil {

@@ -45,7 +45,7 @@ func apiKeyCreate(ctx context.Context, env *cli.Env, args []string) error {
 	}
 	defer pool.Close()
 	var key, prefix string
-	err = audited(ctx, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
+	err = audited(ctx, env, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
 		var err error
 		if key, prefix, err = store.CreateAPIKeyTx(ctx, tx, *slug); err != nil {
 			return engine.AuditEntry{}, err
@@ -65,10 +65,14 @@ func apiKeyCreate(ctx context.Context, env *cli.Env, args []string) error {
 func apiKeyRevoke(ctx context.Context, env *cli.Env, args []string) error {
 	fs := cli.NewFlagSet(env, "ordo apikey revoke")
 	prefix := fs.String("prefix", "", "the key's prefix, the 8 characters after ordo_ (required)")
+	yes := fs.Bool("yes", false, "revoke without asking (needed when not run on a terminal)")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := requireFlag("prefix", *prefix); err != nil {
+		return err
+	}
+	if err := cli.Confirm(env, *yes, fmt.Sprintf("revokes the API key %s…: whoever uses it gets 401 from now on", *prefix)); err != nil {
 		return err
 	}
 	pool, store, err := openTenantStore(ctx, env)
@@ -76,7 +80,7 @@ func apiKeyRevoke(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	err = audited(ctx, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
+	err = audited(ctx, env, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
 		slug, err := store.RevokeAPIKeyTx(ctx, tx, *prefix)
 		if err != nil {
 			return engine.AuditEntry{}, err

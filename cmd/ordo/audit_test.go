@@ -53,8 +53,8 @@ func TestCommandLineAudit(t *testing.T) {
 	if err := json.Unmarshal([]byte(ordo(0, "apikey", "create", "--tenant", "delta")), &k); err != nil {
 		t.Fatal(err)
 	}
-	ordo(0, "apikey", "revoke", "--prefix", k.Prefix)
-	ordo(1, "apikey", "revoke", "--prefix", k.Prefix)
+	ordo(0, "apikey", "revoke", "--prefix", k.Prefix, "--yes")
+	ordo(1, "apikey", "revoke", "--prefix", k.Prefix, "--yes")
 	cred := filepath.Join(t.TempDir(), "whatsapp.json")
 	if err := os.WriteFile(cred, []byte(`{"phone_number_id":"1088","access_token":"EAAG-delta-token","app_secret":"delta-app","verify_token":"delta-verify"}`), 0o600); err != nil {
 		t.Fatal(err)

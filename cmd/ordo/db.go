@@ -43,6 +43,10 @@ func openStores(ctx context.Context, env *cli.Env) (*pgxpool.Pool, *tenants.Stor
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	outbound, err := cli.Outbound(env)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	pool, err := openPool(ctx, env)
 	if err != nil {
 		return nil, nil, nil, err
@@ -52,17 +56,21 @@ func openStores(ctx context.Context, env *cli.Env) (*pgxpool.Pool, *tenants.Stor
 		pool.Close()
 		return nil, nil, nil, fmt.Errorf("ORDO_MASTER_KEYS: %w", err)
 	}
-	return pool, tenants.NewStore(pool, vault), vault, nil
+	return pool, tenants.NewStore(pool, vault).WithOutbound(outbound), vault, nil
 }
 
 // openTenantStore opens the database and a tenant store without a vault, for
 // the commands that never touch credentials and so need no ORDO_MASTER_KEYS.
 func openTenantStore(ctx context.Context, env *cli.Env) (*pgxpool.Pool, *tenants.Store, error) {
+	outbound, err := cli.Outbound(env)
+	if err != nil {
+		return nil, nil, err
+	}
 	pool, err := openPool(ctx, env)
 	if err != nil {
 		return nil, nil, err
 	}
-	return pool, tenants.NewStore(pool, nil), nil
+	return pool, tenants.NewStore(pool, nil).WithOutbound(outbound), nil
 }
 
 // requireFlag fails with the flag's name when a required flag is empty.

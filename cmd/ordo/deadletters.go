@@ -11,19 +11,13 @@ import (
 const deadLettersUsage = "ordo dead-letters list [--tenant S] [--conversation C] [--state open|resolved|all] [--limit N] | replay --id N | skip --id N"
 
 // runDeadLetters is `ordo dead-letters list|replay|skip`, the operator's
-// side of the dead-letter API (any tenant).
+// side of the dead-letter API (any tenant). Flags are parsed before the
+// database is reached, so --help needs none.
 func runDeadLetters(ctx context.Context, env *cli.Env, args []string) error {
 	action, rest, err := subcommand(args, deadLettersUsage)
 	if err != nil {
 		return err
 	}
-	pool, store, err := openTenantStore(ctx, env)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	eng := engine.New(pool, env.Logger)
-
 	fs := cli.NewFlagSet(env, "ordo dead-letters "+action)
 	switch action {
 	case "list":
@@ -35,6 +29,11 @@ func runDeadLetters(ctx context.Context, env *cli.Env, args []string) error {
 		if err := cli.ParseFlags(fs, rest); err != nil {
 			return err
 		}
+		pool, store, err := openTenantStore(ctx, env)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
 		f := engine.DeadLetterFilter{ConversationID: *conv, State: *state, Limit: *limit, After: *after}
 		if *tenant != "" {
 			t, err := store.BySlug(ctx, *tenant)
@@ -43,7 +42,7 @@ func runDeadLetters(ctx context.Context, env *cli.Env, args []string) error {
 			}
 			f.TenantID = t.ID
 		}
-		list, err := eng.DeadLetters(ctx, f)
+		list, err := engine.New(pool, env.Logger).DeadLetters(ctx, f)
 		if err != nil {
 			return err
 		}
@@ -54,18 +53,24 @@ func runDeadLetters(ctx context.Context, env *cli.Env, args []string) error {
 		}
 		return nil
 	case "replay", "skip":
-		id := fs.String("id", "", "the dead letter's id")
+		id := fs.String("id", "", "the dead letter's id, as dead-letters list prints it (required)")
 		if err := cli.ParseFlags(fs, rest); err != nil {
 			return err
 		}
 		if err := requireFlag("id", *id); err != nil {
 			return err
 		}
+		pool, _, err := openTenantStore(ctx, env)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		eng := engine.New(pool, env.Logger)
 		resolve := eng.Replay
 		if action == "skip" {
 			resolve = eng.Skip
 		}
-		d, err := resolve(ctx, 0, *id, engine.ActorCLI)
+		d, err := resolve(ctx, 0, *id, actor(env))
 		if err != nil {
 			return fmt.Errorf("%s dead letter %s: %s", action, *id, engine.ErrorMessage(err))
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/ordo-dev/ordo/cmd/internal/pgcluster"
 	"github.com/ordo-dev/ordo/cmd/internal/server"
 	"github.com/ordo-dev/ordo/jobs"
+	"github.com/ordo-dev/ordo/jobs/whatsapp"
 	ordosql "github.com/ordo-dev/ordo/sql"
 	"github.com/ordo-dev/ordo/tenants"
 	"github.com/ordo-dev/ordo/web"
@@ -29,6 +30,10 @@ import (
 // master key, the admin password, the demo tenant's key and the env file
 // the operator commands read (cli.WriteDevEnv).
 const devDir = cli.DevDir
+
+// sandboxPhoneNumberID is the sending number of a tenant without a
+// WhatsApp credential in ordo dev (jobs.Config.SandboxCredential).
+const sandboxPhoneNumberID = "100000000000000"
 
 // demoState is the demo tenant's key, kept in .ordo/ so a second `ordo dev`
 // can print it again (a real tenant's key is shown once only).
@@ -52,6 +57,22 @@ func runDev(ctx context.Context, env *cli.Env, args []string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
+	// The sandbox channel answers on this server unless a Cloud API URL is given.
+	// Loopback unless told otherwise: the sandbox shows message bodies.
+	addr := cmp.Or(env.Addr, "127.0.0.1:8080")
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("ORDO_ADDR %q: %w", addr, err)
+	}
+	base := "http://127.0.0.1:" + port
+	// One ordo dev per directory: a second one would share, and on its
+	// exit stop, the first one's Postgres. The lock is held until after
+	// the cluster has stopped (defers run last-in first-out).
+	lock, err := lockDevDir(dir, base)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
 
 	databaseURL := env.DatabaseURL
 	if databaseURL == "" {
@@ -93,17 +114,13 @@ func runDev(ctx context.Context, env *cli.Env, args []string) error {
 		}
 	}
 
-	// The sandbox channel answers on this server unless a Cloud API URL is given.
-	// Loopback unless told otherwise: the sandbox shows message bodies.
-	addr := cmp.Or(env.Addr, "127.0.0.1:8080")
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("ORDO_ADDR %q: %w", addr, err)
-	}
-	base := "http://127.0.0.1:" + port
 	waURL := env.WhatsAppAPIURL
+	var sandboxCred *whatsapp.Credential
 	if waURL == "" {
 		waURL = base + "/sandbox/v23.0"
+		// A tenant made with `ordo tenant create` has no WhatsApp
+		// credential: here it sends to the sandbox with this one.
+		sandboxCred = &whatsapp.Credential{PhoneNumberID: sandboxPhoneNumberID, AccessToken: "sandbox-token", AppSecret: "sandbox", VerifyToken: "sandbox"}
 	}
 
 	demo, err := ensureDemoTenant(ctx, databaseURL, keys, filepath.Join(dir, "demo.json"))
@@ -115,9 +132,13 @@ func runDev(ctx context.Context, env *cli.Env, args []string) error {
 	if err := cli.WriteDevEnv(dir, databaseURL, strings.TrimSpace(keysText)); err != nil {
 		return err
 	}
+	outbound, err := cli.Outbound(env)
+	if err != nil {
+		return err
+	}
 	cfg := server.Config{
 		Role: "all", DatabaseURL: databaseURL, Addr: addr, Keys: keys,
-		Jobs:  jobs.Config{Workers: 20, WhatsAppAPIURL: waURL},
+		Jobs:  jobs.Config{Workers: 20, WhatsAppAPIURL: waURL, SandboxCredential: sandboxCred, Outbound: outbound},
 		Web:   web.Config{AdminPassword: adminPassword, Sandbox: true},
 		Build: buildLabels(),
 		Ready: func(string) {
@@ -138,9 +159,10 @@ Try it:
 
 Point the demo tenant at a handler (an n8n Webhook node, say); from this
 directory the ordo commands need no variables (they read %[5]s/env):
-  ordo tenant update --slug demo --handler-url http://localhost:5678/webhook/ordo \
+  bin/ordo tenant update --slug demo --handler-url http://localhost:5678/webhook/ordo \
     --handler-mode sync --handler-timeout %[7]s
-  ordo tenant create --slug second
+  bin/ordo tenant create --slug second
+(A tenant without a WhatsApp credential, like that one, sends to the sandbox.)
 
 Ctrl-C stops it; the data stays in %[5]s for the next start.
 `, base, demo.APIKey, adminPassword, redactURL(databaseURL), dir, demo.HandlerSecret, tenants.HandlerTimeoutDefault)

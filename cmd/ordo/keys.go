@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ordo-dev/ordo/cmd/internal/cli"
+	"github.com/ordo-dev/ordo/engine"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -30,7 +31,13 @@ func runKeys(ctx context.Context, env *cli.Env, args []string) error {
 // ORDO_MASTER_KEYS. It is safe while servers run; once it reports, older
 // keys can be dropped from ORDO_MASTER_KEYS.
 func keysRotate(ctx context.Context, env *cli.Env, args []string) error {
-	if err := cli.ParseFlags(cli.NewFlagSet(env, "ordo keys rotate"), args); err != nil {
+	fs := cli.NewFlagSet(env, "ordo keys rotate")
+	yes := fs.Bool("yes", false, "rotate without asking (needed when not run on a terminal)")
+	if err := cli.ParseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := cli.Confirm(env, *yes, "re-encrypts every credential under the newest key of ORDO_MASTER_KEYS "+
+		"(servers without that key can then no longer read them)"); err != nil {
 		return err
 	}
 	pool, _, vault, err := openStores(ctx, env)
@@ -39,6 +46,13 @@ func keysRotate(ctx context.Context, env *cli.Env, args []string) error {
 	}
 	defer pool.Close()
 	n, err := vault.Rotate(ctx)
+	details := map[string]any{"rotated": n, "key_id": vault.KeyID()}
+	if err != nil {
+		details["error"] = "stopped before the end"
+	}
+	if aerr := auditAfter(ctx, env, pool, engine.AuditEntry{Action: "keys.rotate", Details: auditDetails(details)}); aerr != nil && err == nil {
+		return aerr
+	}
 	if err != nil {
 		return fmt.Errorf("%w (%d credentials re-wrapped before it stopped)", err, n)
 	}

@@ -35,13 +35,13 @@ func commands() []command {
 	return []command{
 		{name: "dev", summary: "run everything locally on a private Postgres under ./.ordo/", run: runDev},
 		{name: "serve", summary: "run the production server (--role all|api|worker); needs DATABASE_URL", run: runServe},
-		{name: "migrate", summary: "migrate up | down --yes | version (ordo's tables, River's, the SQL functions)", run: runMigrate, devEnv: true},
+		{name: "migrate", summary: "migrate up | down [--yes] | version (ordo's tables, River's, the SQL functions)", run: runMigrate, devEnv: true},
 		{name: "tenant", summary: "tenant create|update|pause|resume|list", run: runTenant, devEnv: true},
-		{name: "apikey", summary: "apikey create --tenant S | revoke --prefix P | list --tenant S", run: runAPIKey, devEnv: true},
-		{name: "credential", summary: "credential set --tenant S --name whatsapp|handler_auth --from-file F|-", run: runCredential, devEnv: true},
-		{name: "keys", summary: "keys rotate | keys generate", run: runKeys, devEnv: true},
+		{name: "apikey", summary: "apikey create --tenant S | revoke --prefix P [--yes] | list --tenant S", run: runAPIKey, devEnv: true},
+		{name: "credential", summary: "credential set --tenant S --name whatsapp|handler_auth --from-file F|- | delete --tenant S --name N [--yes]", run: runCredential, devEnv: true},
+		{name: "keys", summary: "keys rotate [--yes] | keys generate", run: runKeys, devEnv: true},
 		{name: "dead-letters", summary: "dead-letters list|replay|skip", run: runDeadLetters, devEnv: true},
-		{name: "purge", summary: "purge --tenant S [--before T] [--all]: erase a tenant's content", run: runPurge, devEnv: true},
+		{name: "purge", summary: "purge --tenant S [--before T] [--all] [--yes]: erase a tenant's content", run: runPurge, devEnv: true},
 		{name: "n8n", summary: "n8n templates --tenant S: ordo's n8n workflows with the tenant's URLs filled in", run: runN8N},
 		{name: "healthcheck", summary: "exit 0 if the local server's /readyz answers 200 (for the container's healthcheck)", run: runHealthcheck},
 		{name: "version", summary: "print the build (module version, commit, Go version) as JSON", run: runVersion},
@@ -149,6 +149,9 @@ func environment(w io.Writer) {
   ORDO_MASTER_KEYS       credential master keys, comma-separated id:base64-32-bytes, newest first
   ORDO_ADMIN_PASSWORD    the admin page's password (at least 12 characters)
   ORDO_TRUSTED_PROXIES   reverse proxies whose X-Forwarded-For/-Host are believed: addresses or CIDRs, comma-separated
+  ORDO_OUTBOUND_DENY     addresses or CIDRs, comma-separated, that handler and events URLs may not reach
+                         (besides the built-in refusals: link-local, unspecified, multicast, cloud metadata)
+  ORDO_OUTBOUND_ALLOW    addresses or CIDRs, comma-separated, they may reach whatever else refuses them
   ORDO_WHATSAPP_API_URL  the WhatsApp Cloud API (default https://graph.facebook.com/v23.0)
   ORDO_LOG_LEVEL         debug, info, warn or error (default info)
 `)

@@ -23,7 +23,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"--help"}, 0, "ORDO_MASTER_KEYS", "DATABASE_URL is not set"},
 		{[]string{"help"}, 0, "healthcheck", ""},
 		{[]string{"serve", "--help"}, 0, "-stop-timeout", "help requested"},
-		{[]string{"migrate", "--help"}, 0, "down --yes", "DATABASE_URL is not set"},
+		{[]string{"migrate", "--help"}, 0, "down [--yes]", "DATABASE_URL is not set"},
 		{[]string{"dead-letters", "list", "-h"}, 0, "usage: ordo dead-letters list", "DATABASE_URL is not set"},
 		{[]string{"tenant", "create", "-h"}, 0, "-slug", "DATABASE_URL is not set"},
 		{[]string{"version"}, 0, `"go":"go`, ""},

@@ -4,25 +4,59 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ordo-dev/ordo/cmd/internal/cli"
+	"github.com/ordo-dev/ordo/engine"
 	ordosql "github.com/ordo-dev/ordo/sql"
 )
 
-// runMigrate is `ordo migrate up | down --yes | version`.
+const migrateUsage = "ordo migrate up [--wait D] | down [--yes] | version"
+
+// runMigrate is `ordo migrate up | down [--yes] | version`. An up that
+// changed the schema is audited; a down is not (it drops the audit log).
 func runMigrate(ctx context.Context, env *cli.Env, args []string) error {
+	action, rest, err := subcommand(args, migrateUsage)
+	if err != nil {
+		return err
+	}
+	fs := cli.NewFlagSet(env, "ordo migrate "+action)
+	var yes *bool
+	wait := new(time.Duration)
+	switch action {
+	case "up":
+		wait = fs.Duration("wait", 0, "keep trying this long for the database to answer (a container started beside Postgres); 0 tries once")
+	case "version":
+	case "down":
+		yes = fs.Bool("yes", false, "drop without asking (needed when not run on a terminal)")
+	default:
+		return fmt.Errorf("unknown migrate action %q; usage: %s", action, migrateUsage)
+	}
+	if err := cli.ParseFlags(fs, rest); err != nil {
+		return err
+	}
 	if env.DatabaseURL == "" {
 		return errors.New("DATABASE_URL is not set")
 	}
-	if len(args) == 2 && args[0] == "down" && args[1] == "--yes" {
-		args = args[:1]
-	} else if len(args) == 1 && args[0] == "down" {
-		return errors.New("this drops every ordo table, River's included, and all their data: run `ordo migrate down --yes` to mean it")
+	if action == "down" {
+		if err := cli.Confirm(env, *yes, "drops every ordo table, River's included, and all their data"); err != nil {
+			return err
+		}
 	}
-	if len(args) != 1 {
-		return errors.New("usage: ordo migrate up | down --yes | version")
+	from, _, err := ordosql.Version(env.DatabaseURL)
+	for deadline := time.Now().Add(*wait); err != nil && time.Now().Before(deadline); {
+		fmt.Fprintf(env.Stderr, "ordo migrate: the database does not answer yet, retrying (--wait %s)\n", *wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+		from, _, err = ordosql.Version(env.DatabaseURL)
 	}
-	switch args[0] {
+	if err != nil {
+		return err
+	}
+	switch action {
 	case "up":
 		if err := ordosql.Up(env.DatabaseURL); err != nil {
 			return err
@@ -31,13 +65,21 @@ func runMigrate(ctx context.Context, env *cli.Env, args []string) error {
 		if err := ordosql.Down(env.DatabaseURL); err != nil {
 			return err
 		}
-	case "version":
-	default:
-		return fmt.Errorf("unknown migrate action %q (want up, down or version)", args[0])
 	}
 	v, dirty, err := ordosql.Version(env.DatabaseURL)
 	if err != nil {
 		return err
+	}
+	if action == "up" && v != from {
+		pool, err := openPool(ctx, env)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		if err := auditAfter(ctx, env, pool, engine.AuditEntry{Action: "schema.migrate",
+			Details: auditDetails(map[string]uint{"from": from, "to": v})}); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(env.Stdout, "{\"version\":%d,\"dirty\":%t,\"latest\":%d}\n", v, dirty, ordosql.LatestVersion())
 	return nil

@@ -18,6 +18,7 @@ func runPurge(ctx context.Context, env *cli.Env, args []string) error {
 		"conversation with nothing accepted since --before, and those conversations: a repeat of an erased "+
 		"message_id is then accepted as new. Without it the dedupe records stay, and unfinished messages and "+
 		"open dead letters are kept and counted")
+	yes := fs.Bool("yes", false, "erase without asking (needed when not run on a terminal)")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
@@ -32,12 +33,30 @@ func runPurge(ctx context.Context, env *cli.Env, args []string) error {
 		}
 		cutoff = t
 	}
+	what := fmt.Sprintf("erases tenant %q's message content accepted before %s", *tenant, cutoff.Format(time.RFC3339))
+	if *all {
+		what += ", and deletes those conversations with their dedupe records and open dead letters"
+	}
+	if err := cli.Confirm(env, *yes, what); err != nil {
+		return err
+	}
 	pool, _, err := openTenantStore(ctx, env)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	out, err := engine.New(pool, env.Logger).Purge(ctx, *tenant, cutoff, *all)
+	if engine.ErrorCode(err) == engine.CodeNotFound {
+		return fmt.Errorf("purge tenant %q: %s", *tenant, engine.ErrorMessage(err))
+	}
+	// A purge that stopped half way has erased something: audited too.
+	details := map[string]any{"result": out}
+	if err != nil {
+		details["error"] = engine.ErrorMessage(err)
+	}
+	if aerr := auditAfter(ctx, env, pool, engine.AuditEntry{Action: "tenant.purge", Tenant: *tenant, Details: auditDetails(details)}); aerr != nil && err == nil {
+		err = aerr
+	}
 	if err != nil {
 		return fmt.Errorf("purge tenant %q: %s", *tenant, engine.ErrorMessage(err))
 	}

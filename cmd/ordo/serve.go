@@ -18,17 +18,17 @@ import (
 func runServe(ctx context.Context, env *cli.Env, args []string) error {
 	fs := cli.NewFlagSet(env, "ordo serve")
 	role := fs.String("role", "all", "all: API and workers; api: HTTP only; worker: River workers only")
-	workers := fs.Int("workers", 50, "conversations this process drains at once")
+	workers := fs.Int("workers", ServeWorkersDefault, "conversations this process drains at once")
 	addr := fs.String("addr", "", "listen address: the API, or a worker's /healthz, /readyz and /metrics (default $ORDO_ADDR, else "+DefaultAddr+")")
 	// Zero keeps jobs.Config's default; the chaos run shortens them so that
 	// stalls and crashes are detected within seconds.
 	var jc jobs.Config
 	fs.IntVar(&jc.BatchSize, "batch-size", 0, fmt.Sprintf("quiet conversations of an unpaced tenant one worker claims and sends at once; they count against --workers; 1 turns batching off (default %d)", jobs.BatchSizeDefault))
 	fs.DurationVar(&jc.Lease, "lease", 0, fmt.Sprintf("how long a stalled or dead drain keeps its conversation (default %s)", jobs.LeaseDefault))
-	fs.DurationVar(&jc.SendTimeout, "send-timeout", 0, "bound on one WhatsApp send (default 10s)")
-	fs.DurationVar(&jc.HandlerTimeout, "handler-timeout", 0, fmt.Sprintf("cap on any tenant's handler call (each tenant's own is its handler_timeout, `ordo tenant update --handler-timeout`) (default %s)", jobs.HandlerTimeoutDefault))
-	fs.DurationVar(&jc.ReconcileWait, "reconcile-wait", 0, "how long an ambiguous send waits for a status webhook before a resend (default 30s)")
-	fs.DurationVar(&jc.RetryMax, "retry-max", 0, "longest backoff between a step's attempts (default 5m)")
+	fs.DurationVar(&jc.SendTimeout, "send-timeout", 0, fmt.Sprintf("bound on one WhatsApp send (default %s)", jobs.SendTimeoutDefault))
+	fs.DurationVar(&jc.HandlerTimeout, "handler-timeout", 0, fmt.Sprintf("cap on any tenant's handler call; each tenant's own is set with ordo tenant update --handler-timeout (default %s)", jobs.HandlerTimeoutDefault))
+	fs.DurationVar(&jc.ReconcileWait, "reconcile-wait", 0, fmt.Sprintf("how long an ambiguous send waits for a status webhook before a resend (default %s)", jobs.ReconcileWaitDefault))
+	fs.DurationVar(&jc.RetryMax, "retry-max", 0, fmt.Sprintf("longest backoff between a step's attempts (default %s)", jobs.RetryMaxDefault))
 	fs.DurationVar(&jc.StopTimeout, "stop-timeout", 0, fmt.Sprintf("how long SIGTERM waits for in-flight steps before cancelling them (default: the longer of --send-timeout and the tenants' default handler timeout, %s, plus %s; a longer handler call is cut off and called again)", tenants.HandlerTimeoutDefault, jobs.StopGraceExtra))
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
@@ -45,6 +45,9 @@ func runServe(ctx context.Context, env *cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if jc.Outbound, err = cli.Outbound(env); err != nil {
+		return err
+	}
 	return server.Run(ctx, env.Logger, server.Config{
 		Role: *role, DatabaseURL: env.DatabaseURL, Addr: cmp.Or(*addr, env.Addr, DefaultAddr), Keys: keys,
 		Jobs:  jc,
@@ -52,6 +55,9 @@ func runServe(ctx context.Context, env *cli.Env, args []string) error {
 		Build: buildLabels(),
 	})
 }
+
+// ServeWorkersDefault is ordo serve's --workers.
+const ServeWorkersDefault = 50
 
 // DefaultAddr is where `ordo serve` listens without ORDO_ADDR or --addr
 // (and what `ordo healthcheck` probes then).

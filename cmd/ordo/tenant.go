@@ -16,7 +16,7 @@ import (
 const tenantUsage = "ordo tenant create --slug S [--name N] [--handler-url U] | " +
 	"update --slug S [--handler-url U] [--name N] [--on-dead-letter halt|skip] [--ambiguous reconcile|resend] [--max-attempts N] " +
 	"[--send-rate N] [--pair-gap D] [--retention 30d|0] [--weight W] [--max-concurrency N] " +
-	"[--handler-mode sync|async|notify] [--handler-timeout D] [--reply-deadline D] [--events-url U] [--handler-outage-limit D] [--retry-timeouts[=false]] | pause --slug S [--reason R] | resume --slug S | list"
+	"[--handler-mode sync|async|notify] [--handler-timeout D] [--reply-deadline D] [--events-url U] [--handler-outage-limit D] [--retry-timeouts[=false]] | pause --slug S [--reason R] | resume --slug S | sql-role --slug S | list"
 
 // runTenant is `ordo tenant create|update|pause|resume|list`.
 func runTenant(ctx context.Context, env *cli.Env, args []string) error {
@@ -35,9 +35,43 @@ func runTenant(ctx context.Context, env *cli.Env, args []string) error {
 		return tenantResume(ctx, env, rest)
 	case "list":
 		return tenantList(ctx, env, rest)
+	case "sql-role":
+		return tenantSQLRole(ctx, env, rest)
 	default:
 		return fmt.Errorf("unknown tenant action %q; usage: %s", action, tenantUsage)
 	}
+}
+
+// tenantSQLRole creates a database login role for the tenant's own
+// applications and prints its name and password: the only time the password
+// is shown. The role can call ordo.enqueue_my_message (for this tenant only)
+// and read ordo.my_messages, nothing else.
+func tenantSQLRole(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "ordo tenant sql-role")
+	slug := fs.String("slug", "", "the tenant whose applications get the role (required)")
+	if err := cli.ParseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := requireFlag("slug", *slug); err != nil {
+		return err
+	}
+	pool, store, err := openTenantStore(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var r tenants.AppRole
+	err = audited(ctx, env, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
+		var err error
+		if r, err = store.CreateAppRoleTx(ctx, tx, *slug); err != nil {
+			return engine.AuditEntry{}, err
+		}
+		return engine.AuditEntry{Action: "tenant.sql_role", Tenant: *slug, Details: auditDetails(map[string]string{"role": r.Role})}, nil
+	})
+	if err != nil {
+		return err
+	}
+	return cli.PrintJSON(env.Stdout, r)
 }
 
 // tenantCreate prints the new tenant's API key and handler secret: the only
@@ -59,7 +93,7 @@ func tenantCreate(ctx context.Context, env *cli.Env, args []string) error {
 	}
 	defer pool.Close()
 	var c tenants.Created
-	err = audited(ctx, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
+	err = audited(ctx, env, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
 		var err error
 		if c, err = store.CreateTx(ctx, tx, tenants.CreateParams{Slug: *slug, Name: *name, HandlerURL: *handlerURL}); err != nil {
 			return engine.AuditEntry{}, err
@@ -162,7 +196,7 @@ func tenantUpdate(ctx context.Context, env *cli.Env, args []string) error {
 	}
 	defer pool.Close()
 	var t tenants.Tenant
-	err = audited(ctx, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
+	err = audited(ctx, env, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
 		var err error
 		if t, err = store.UpdateTx(ctx, tx, *slug, p); err != nil {
 			return engine.AuditEntry{}, err
@@ -234,7 +268,7 @@ func changeSending(ctx context.Context, env *cli.Env, change func(*tenants.Store
 		return false, err
 	}
 	defer pool.Close()
-	err = audited(ctx, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
+	err = audited(ctx, env, pool, func(tx pgx.Tx) (engine.AuditEntry, error) {
 		entry, ok, err := change(store, tx)
 		changed = ok
 		return entry, err

@@ -172,18 +172,18 @@ func (w *Watch) Sleep(ctx context.Context, least time.Duration) error {
 	}
 }
 
-// QuietHandler is a slog.Handler that drops warnings and errors while the
-// watched dependency is down: a library's loops (River's producer, elector
-// and notifier) retry against a database that is away and log each try;
-// the watch's two lines say all of it. Everything else passes.
+// QuietHandler is a slog.Handler for a library whose loops (River's
+// producer, elector and notifier) retry against a database that is away
+// and log each try and reconnection: while the watched dependency is down
+// it drops them all; the watch's two lines say what they would.
 type QuietHandler struct {
 	slog.Handler
 	Watch *Watch
 }
 
-// Enabled drops warnings and errors while the dependency is down.
+// Enabled drops everything while the dependency is down.
 func (h QuietHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	if l >= slog.LevelWarn && h.Watch.Down() {
+	if h.Watch.Down() {
 		return false
 	}
 	return h.Handler.Enabled(ctx, l)

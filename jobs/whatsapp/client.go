@@ -129,7 +129,7 @@ func (c *Client) endpoint(phoneNumberID string) string {
 // Every send of every tenant goes to one host (graph.facebook.com), and
 // net/http keeps only two idle connections per host by default: a pool of
 // workers sending at once opened — for Meta, TLS-handshook — a new
-// connection for most sends (issue 11: 8% of ordo's CPU in `make bench`).
+// connection for most sends, a visible share of ordo's CPU in `make bench`.
 func NewHTTPClient(timeout time.Duration, conns int) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = conns

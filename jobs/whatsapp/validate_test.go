@@ -96,8 +96,8 @@ func TestValidateMessage(t *testing.T) {
 		{"image by id", `{"type":"image","image":{"id":"1234567890"}}`, ""},
 		{"image by link with caption", `{"type":"image","image":{"link":"https://example.com/a.jpg","caption":"` + s1024 + `"}}`, ""},
 		{"image caption too long", `{"type":"image","image":{"id":"1","caption":"` + s1025 + `"}}`, "image.caption: longer than 1024 characters"},
-		{"image neither id nor link", `{"type":"image","image":{"caption":"hi"}}`, "image: needs either id or link, not both"},
-		{"image both id and link", `{"type":"image","image":{"id":"1","link":"https://example.com/a.jpg"}}`, "image: needs either id or link, not both"},
+		{"image neither id nor link", `{"type":"image","image":{"caption":"hi"}}`, "image: needs an id (uploaded media) or a link (a public https URL)"},
+		{"image both id and link", `{"type":"image","image":{"id":"1","link":"https://example.com/a.jpg"}}`, "image: takes an id or a link, not both: drop one"},
 		{"image link not http", `{"type":"image","image":{"link":"file:///etc/passwd"}}`, "image.link: must be an http or https URL"},
 		{"image missing", `{"type":"image"}`, "image: required"},
 		{"video by link", `{"type":"video","video":{"link":"http://example.com/a.mp4","caption":"clip"}}`, ""},
@@ -147,7 +147,7 @@ func TestValidateMessage(t *testing.T) {
 		{"template button index 10", `{"type":"template","template":{"name":"x","language":{"code":"en"},"components":[{"type":"button","sub_type":"url","index":"10","parameters":[{"type":"text","text":"a"}]}]}}`, "template.components[0].index: must be a button position from 0 to 9"},
 		{"template text parameter without text", `{"type":"template","template":{"name":"x","language":{"code":"en"},"components":[{"type":"body","parameters":[{"type":"text"}]}]}}`, "template.components[0].parameters[0].text: required"},
 		{"template currency amount not whole", `{"type":"template","template":{"name":"x","language":{"code":"en"},"components":[{"type":"body","parameters":[{"type":"currency","currency":{"fallback_value":"$1","code":"USD","amount_1000":1.5}}]}]}}`, "template.components[0].parameters[0].currency.amount_1000: must be a whole number"},
-		{"template header image both id and link", `{"type":"template","template":{"name":"x","language":{"code":"en"},"components":[{"type":"header","parameters":[{"type":"image","image":{"id":"1","link":"https://example.com/a.jpg"}}]}]}}`, "template.components[0].parameters[0].image: needs either id or link, not both"},
+		{"template header image both id and link", `{"type":"template","template":{"name":"x","language":{"code":"en"},"components":[{"type":"header","parameters":[{"type":"image","image":{"id":"1","link":"https://example.com/a.jpg"}}]}]}}`, "template.components[0].parameters[0].image: takes an id or a link, not both: drop one"},
 
 		// interactive: button
 		{"buttons", interactive(`{"type":"button","header":{"type":"image","image":{"id":"1"}},"body":{"text":"Pick"},"footer":{"text":"` + s60 + `"},"action":{"buttons":[` + button("a", s20) + `,` + button("b", "B") + `,` + button("c", "C") + `]}}`), ""},
@@ -187,7 +187,7 @@ func TestValidateMessage(t *testing.T) {
 		{"cta_url url not http", interactive(`{"type":"cta_url","body":{"text":"See it"},"action":{"name":"cta_url","parameters":{"display_text":"Go","url":"javascript:alert(1)"}}}`), "interactive.action.parameters.url: must be an http or https URL"},
 		{"cta_url wrong action name", interactive(`{"type":"cta_url","body":{"text":"See it"},"action":{"name":"url","parameters":{"display_text":"Go","url":"https://example.com"}}}`), "interactive.action.name: must be cta_url"},
 		{"flow", interactive(`{"type":"flow","body":{"text":"Sign up"},"action":{"name":"flow","parameters":{"flow_message_version":"3","flow_id":"123","flow_cta":"Sign up","flow_token":"t","flow_action":"navigate","flow_action_payload":{"screen":"WELCOME","data":{"a":1}}}}}`), ""},
-		{"flow id and name", interactive(`{"type":"flow","body":{"text":"Sign up"},"action":{"name":"flow","parameters":{"flow_message_version":"3","flow_id":"1","flow_name":"n","flow_cta":"Go"}}}`), "interactive.action.parameters: needs either flow_id or flow_name, not both"},
+		{"flow id and name", interactive(`{"type":"flow","body":{"text":"Sign up"},"action":{"name":"flow","parameters":{"flow_message_version":"3","flow_id":"1","flow_name":"n","flow_cta":"Go"}}}`), "interactive.action.parameters: takes a flow_id or a flow_name, not both: drop one"},
 		{"flow version", interactive(`{"type":"flow","body":{"text":"Sign up"},"action":{"name":"flow","parameters":{"flow_message_version":"2","flow_id":"1","flow_cta":"Go"}}}`), "interactive.action.parameters.flow_message_version: must be 3"},
 		{"product", interactive(`{"type":"product","body":{"text":"Look"},"action":{"catalog_id":"c1","product_retailer_id":"sku-1"}}`), ""},
 		{"product with a header", interactive(`{"type":"product","header":{"type":"text","text":"No"},"action":{"catalog_id":"c1","product_retailer_id":"sku-1"}}`), "interactive.header: not allowed in a product message"},

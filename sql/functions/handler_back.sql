@@ -2,15 +2,15 @@
 -- and wakes the conversations that waited for it (handler_wait), which go
 -- on in order. False when the handler was not down.
 --
--- A drain that finds the handler down marks its conversation handler_wait
--- in a transaction that holds the conversation row. So that no mark
--- committed before this one is missed, every conversation of the tenant in
--- the ready set is locked first (as ordo.resume_sending does); a mark that
--- still slips past (its statement read the tenant before this committed)
--- waits at most until the probe time it read.
+-- It never waits for a conversation row: an application's transaction may
+-- hold several of the tenant's conversations, taken in its own order, and
+-- waiting for them one after another here deadlocked with it (the chaos
+-- run, seed 1). A conversation whose row is held is skipped: its drain or
+-- the application commits, and the conversation looks again at its due
+-- time, at most HandlerProbeMax away (jobs/reachability.go).
 --
--- Locks: the tenant, then its conversations (in ingest's order), then their
--- ready rows (sql/LOCKING.md).
+-- Locks: the tenant, then each waiting conversation it can take at once
+-- (SKIP LOCKED), then its ready row (sql/LOCKING.md).
 CREATE OR REPLACE FUNCTION ordo.handler_back(p_tenant bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -22,14 +22,12 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM 1 FROM ordo.ready r JOIN ordo.conversations c ON c.id = r.conversation_pk
-    WHERE r.tenant_id = p_tenant
-    ORDER BY c.conversation_id COLLATE "C" FOR NO KEY UPDATE OF c;
     FOR v_c IN
-        UPDATE ordo.conversations c SET handler_wait = false
+        SELECT c.id FROM ordo.conversations c
         WHERE c.tenant_id = p_tenant AND c.handler_wait
-        RETURNING c.id
+        FOR NO KEY UPDATE SKIP LOCKED
     LOOP
+        UPDATE ordo.conversations c SET handler_wait = false WHERE c.id = v_c.id;
         PERFORM ordo.wake_conversation(v_c.id);
     END LOOP;
     RETURN true;

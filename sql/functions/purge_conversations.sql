@@ -1,7 +1,8 @@
 -- ordo.purge_conversations deletes up to batch of tenant's conversations in
 -- which no message was created at or after before, with everything in them:
 -- messages (dedupe records included), steps, dead letters (open ones too) and
--- the sandbox sends their steps made. It is `ordo purge --all`.
+-- the sandbox sends their steps made, and erases their ids from the audit
+-- (ordo.redact_audit). It is `ordo purge --all`.
 --
 -- Locks: each conversation row FOR UPDATE first, then (by cascade) its
 -- messages and steps: the engine's order. A drain at work on one finishes its
@@ -37,6 +38,13 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
+
+    -- The audit keeps what was done, not to whom: the conversations' and
+    -- their messages' ids go from its entries (ordo.redact_audit).
+    PERFORM ordo.redact_audit(t.slug, array_agg(c.conversation_id))
+    FROM ordo.conversations c JOIN ordo.tenants t ON t.id = c.tenant_id
+    WHERE c.id = ANY (v_ids)
+    GROUP BY t.slug;
 
     DELETE FROM ordo.sandbox_sends b USING ordo.steps s, ordo.messages m
     WHERE m.conversation_pk = ANY (v_ids) AND s.message_pk = m.id AND s.provider_message_id = b.wamid;

@@ -2,18 +2,18 @@
 -- that wait for it — and only those: a drain backing off for another reason
 -- (a handler's Retry-After, Meta's pair-rate advice) keeps its time.
 --
--- A drain that finds its tenant paused marks its conversation paused_wait
--- (ordo.reserve_send, or the drain itself) in a transaction that holds the
--- conversation row, then waits. So that no mark is missed, resume first
--- locks every conversation of the tenant in the ready set: a drain that
--- starts a step after that waits for this transaction and then reads the
--- tenant as resumed; a mark committed before it is seen here. Each marked
--- conversation is then woken (ordo.wake_conversation): due now when it
--- waits, or — its drain still running, its wait not recorded yet — marked
--- so that the wait ends at once.
+-- It never waits for a conversation row: an application's transaction may
+-- hold several of the tenant's conversations, taken in its own order, and
+-- locking the tenant's conversations one after another here deadlocked with
+-- it (the chaos run, seed 1, with ordo.handler_back, which works the same
+-- way). A paused_wait conversation whose row is held is skipped: its drain
+-- or the application commits, and the conversation looks again at its due
+-- time (at most jobs.Config.PausedRecheck away), finding the tenant
+-- resumed.
 --
--- Locks: the tenant, then its conversations (in ingest's order), then their
--- ready rows (sql/LOCKING.md). False when the tenant's sending was not paused.
+-- Locks: the tenant, then each waiting conversation it can take at once
+-- (SKIP LOCKED), then its ready row (sql/LOCKING.md). False when the
+-- tenant's sending was not paused.
 CREATE OR REPLACE FUNCTION ordo.resume_sending(p_tenant bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -24,14 +24,12 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM 1 FROM ordo.ready r JOIN ordo.conversations c ON c.id = r.conversation_pk
-    WHERE r.tenant_id = p_tenant
-    ORDER BY c.conversation_id COLLATE "C" FOR NO KEY UPDATE OF c;
     FOR v_c IN
-        UPDATE ordo.conversations c SET paused_wait = false
+        SELECT c.id FROM ordo.conversations c
         WHERE c.tenant_id = p_tenant AND c.paused_wait
-        RETURNING c.id
+        FOR NO KEY UPDATE SKIP LOCKED
     LOOP
+        UPDATE ordo.conversations c SET paused_wait = false WHERE c.id = v_c.id;
         PERFORM ordo.wake_conversation(v_c.id);
     END LOOP;
     RETURN true;

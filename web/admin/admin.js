@@ -363,6 +363,7 @@
     if (s.started_at) li.append(el("span", " · started " + s.started_at, "muted"));
     if (s.finished_at) li.append(el("span", " · finished " + s.finished_at, "muted"));
     if (s.provider_message_id) li.append(el("span", " · " + s.provider_message_id, "mono muted"));
+    if (s.sandbox) li.append(" ", pill("sandbox"), el("span", " (ordo dev's stand-in: nothing reached WhatsApp)", "muted"));
     if (s.provider_status) li.append(" ", pill(s.provider_status), el("span", s.provider_status_at ? " at " + s.provider_status_at : "", "muted"));
     if (s.ambiguous_count) li.append(el("span", " · " + s.ambiguous_count + " ambiguous", "muted"));
     if (s.status === "waiting" && s.replies_due_at) li.append(el("span", " · replies due by " + s.replies_due_at, "muted"));

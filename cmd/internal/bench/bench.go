@@ -5,12 +5,16 @@
 package bench
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -52,6 +56,11 @@ type benchConfig struct {
 	scenarios []string
 	systems   []string
 	out       string
+	// results is the Markdown file each run appends its table and targets
+	// to (ResultsFileDefault); empty: none.
+	results string
+	// args is the command line, recorded with the results.
+	args []string
 	// concurrency is the load generator's concurrent HTTP clients (and
 	// sql-floor's concurrent accepting sessions).
 	concurrency int
@@ -99,6 +108,10 @@ type benchConfig struct {
 	quietTenants, quietRate         int
 	quietFor                        time.Duration
 	providerDelay                   time.Duration
+
+	// cpuHog is how many busy processes (bench_cpuhog.go) run beside the
+	// whole run, as other users of a shared machine would.
+	cpuHog int
 }
 
 func parseBenchFlags(env *cli.Env, args []string) (benchConfig, error) {
@@ -111,8 +124,10 @@ func parseBenchFlags(env *cli.Env, args []string) (benchConfig, error) {
 	fs.StringVar(&scenario, "scenario", "all", "spread|hot|latency|backlog|noisy|claim|all, or a comma-separated list")
 	fs.StringVar(&systems, "systems", strings.Join(benchSystems, ","), "systems to measure, comma-separated")
 	fs.StringVar(&c.out, "out", "bench-results.jsonl", "file receiving one JSON object per system and scenario")
+	fs.StringVar(&c.results, "results", ResultsFileDefault, "Markdown file this run's table and targets are appended to, with the date, commit and flags; empty: none")
+	c.args = args
 	fs.IntVar(&c.concurrency, "concurrency", 32, "concurrent load-generator clients, the same for every system")
-	fs.IntVar(&c.workers, "workers", 16, "concurrent senders per system (ordo --workers, River MaxWorkers, sql-floor finishers); 16 fits 2 cores and a loopback provider (README: Performance)")
+	fs.IntVar(&c.workers, "workers", 16, "concurrent senders per system (ordo --workers, River MaxWorkers, sql-floor finishers); 16 fits 2 cores and a loopback provider (cmd/ordo-bench/README.md)")
 	fs.IntVar(&c.spreadConvs, "spread-conversations", 2000, "conversations of the spread scenario (issue: 10000)")
 	fs.IntVar(&c.spreadMsgs, "spread-messages", 5, "messages per conversation in spread (issue: 5)")
 	fs.IntVar(&c.hotConvs, "hot-conversations", 100, "conversations of the hot scenario (issue: 100)")
@@ -141,8 +156,12 @@ func parseBenchFlags(env *cli.Env, args []string) (benchConfig, error) {
 	fs.IntVar(&c.quietRate, "quiet-rate", 4, "noisy: messages per second each quiet tenant offers over REST, each in a conversation of its own")
 	fs.DurationVar(&c.quietFor, "quiet-duration", 15*time.Second, "noisy: how long the quiet tenants offer (keep it shorter than the burst's drain)")
 	fs.DurationVar(&c.providerDelay, "provider-delay", 50*time.Millisecond, "noisy: the fake Cloud API answers each send after this long")
+	fs.IntVar(&c.cpuHog, "cpu-hog", 0, "busy processes (a tight loop each, nice 0) running beside the whole run, stopped at its end")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return c, err
+	}
+	if c.cpuHog < 0 {
+		return c, errors.New("--cpu-hog must be 0 or more")
 	}
 	var err error
 	if c.scenarios, err = pickList("--scenario", scenario, benchScenarios); err != nil {
@@ -215,6 +234,9 @@ func Main(ctx context.Context, env *cli.Env, args []string) error {
 	if len(args) > 0 && args[0] == "--child" {
 		return runChild(ctx, env, args[1:])
 	}
+	if len(args) > 0 && args[0] == cpuHogArg {
+		cpuHog()
+	}
 	cfg, err := parseBenchFlags(env, args)
 	if err != nil {
 		return err
@@ -240,6 +262,14 @@ func Main(ctx context.Context, env *cli.Env, args []string) error {
 	defer b.close()
 
 	b.printHeader()
+	if cfg.cpuHog > 0 {
+		stopHogs, err := startCPUHogs(cfg.cpuHog)
+		if err != nil {
+			return err
+		}
+		defer stopHogs()
+		fmt.Fprintf(env.Stdout, "cpu hogs: %d busy processes beside the run\n", cfg.cpuHog)
+	}
 	var results []benchResult
 	for _, sc := range cfg.scenarios {
 		if sc == "claim" {
@@ -285,10 +315,45 @@ func Main(ctx context.Context, env *cli.Env, args []string) error {
 			}
 		}
 	}
-	printBenchTable(env.Stdout, results)
-	printTargets(env.Stdout, results)
-	fmt.Fprintf(env.Stdout, "\nload average at the end: %s\nJSON lines: %s\n", loadAverage(), cfg.out)
+	var report bytes.Buffer
+	printBenchTable(&report, results)
+	printTargets(&report, results)
+	fmt.Fprintf(&report, "\nload average at the end: %s\n", loadAverage())
+	_, _ = env.Stdout.Write(report.Bytes())
+	fmt.Fprintf(env.Stdout, "JSON lines: %s\n", cfg.out)
+	if cfg.results != "" {
+		if err := appendResults(cfg.results, cfg.args, report.Bytes()); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "appended to %s\n", cfg.results)
+	}
 	return nil
+}
+
+// ResultsFileDefault is where `make bench` (run from the repository's
+// root) keeps every run's results: measurements live there, not in the
+// README or in code comments.
+const ResultsFileDefault = "cmd/ordo-bench/RESULTS.md"
+
+// appendResults appends one run's report to path under a heading naming
+// when, on which commit and with which flags it ran.
+func appendResults(path string, args []string, report []byte) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("--results: %w", err)
+	}
+	defer f.Close()
+	commit := cli.ReadBuild().Commit
+	if commit == "" { // go run stamps none: ask git
+		out, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+		commit = cmp.Or(strings.TrimSpace(string(out)), "unknown")
+	}
+	_, err = fmt.Fprintf(f, "\n## %s, commit %s\n\n`make bench ARGS=\"%s\"` (%d CPUs)\n\n```\n%s```\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), commit, strings.Join(args, " "), runtime.NumCPU(), report)
+	if err != nil {
+		return fmt.Errorf("--results: %w", err)
+	}
+	return f.Close()
 }
 
 // runNoisyAll runs the noisy scenario for every HTTP system (sql-floor has

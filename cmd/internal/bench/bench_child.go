@@ -238,7 +238,7 @@ func (b *benchEnv) runHTTP(ctx context.Context, l benchLoad, system string) (ben
 	pgCPU = b.postgresCPU() - pgCPU
 	r := judge(l, system, o, wa.Sends(), from)
 	r.CPU = cpuPerMessage(sysCPU, pgCPU, l.messages()+warmed)
-	r.XactsPerMsg = b.xactsPerMessage(ctx, dbName, xacts, l.messages()+warmed)
+	r.TxPerMsg = b.xactsPerMessage(ctx, dbName, xacts, l.messages()+warmed)
 	r.WALKBPerMsg = b.walKBPerMessage(ctx, wal, l.messages()+warmed)
 	r.PeakRSSMB = round1(rss)
 	r.ProviderRequests = wa.Attempts()

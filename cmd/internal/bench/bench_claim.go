@@ -15,8 +15,8 @@ import (
 )
 
 // The claim scenario measures what the scheduler pays per claim as the
-// ready set grows (issue 11: the claim's cost must not grow with idle
-// tenants or conversations). In an ordo database it fills ordo.ready
+// ready set grows (the claim's cost must not grow with idle tenants or
+// conversations). In an ordo database it fills ordo.ready
 // directly — tenants with due conversations, tenants with none, and
 // conversations that wait (due later) — then times, on one connection,
 // the scheduler's walk over tenants with due work (jobs.ActiveTenantsQuery,

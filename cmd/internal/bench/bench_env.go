@@ -517,22 +517,22 @@ func (b *benchEnv) waitSessionsGone(ctx context.Context, database string) {
 	}
 }
 
-// xacts is how many transactions database has committed so far. Every
-// statement outside an explicit transaction is one, so per message it counts
-// the round trips a system makes to the database.
+// xacts is how many transactions database has ended so far, committed or
+// rolled back. Every statement outside an explicit transaction is one, so
+// per message it counts the round trips a system makes to the database.
 func (b *benchEnv) xacts(ctx context.Context, database string) int64 {
 	var n int64
 	// The statistics lag a little behind; a run is long enough not to care.
-	_ = b.admin.QueryRow(ctx, "SELECT xact_commit FROM pg_stat_database WHERE datname = $1", database).Scan(&n)
+	_ = b.admin.QueryRow(ctx, "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1", database).Scan(&n)
 	return n
 }
 
-// xactsPerMessage is the transactions committed since before per message.
+// xactsPerMessage is the transactions ended since before per message.
 func (b *benchEnv) xactsPerMessage(ctx context.Context, database string, before int64, messages int) float64 {
 	if messages == 0 {
 		return 0
 	}
-	return round1(float64(b.xacts(ctx, database)-before) / float64(messages))
+	return round2(float64(b.xacts(ctx, database)-before) / float64(messages))
 }
 
 // tableStats writes the writes each table of the run's database took, and

@@ -160,7 +160,7 @@ func (b *benchEnv) runFloor(ctx context.Context, l benchLoad) (benchResult, erro
 	pgCPU = b.postgresCPU() - pgCPU
 	r := judgeTimes(l, "sql-floor", o, finished, from)
 	r.CPU = cpuPerMessage(0, pgCPU, n)
-	r.XactsPerMsg = b.xactsPerMessage(ctx, dbName, xacts, n)
+	r.TxPerMsg = b.xactsPerMessage(ctx, dbName, xacts, n)
 	r.WALKBPerMsg = b.walKBPerMessage(ctx, wal, n)
 	check, err := pgx.Connect(ctx, url)
 	if err != nil {

@@ -43,9 +43,10 @@ type benchResult struct {
 	// whole PostgreSQL cluster. Unlike throughput, it hardly depends on what
 	// else runs on the machine.
 	CPU *benchCPU `json:"cpu_ms_per_msg,omitempty"`
-	// XactsPerMsg is the database transactions committed per message; every
+	// TxPerMsg is the database transactions ended (committed and rolled
+	// back: pg_stat_database) per message over the scenario; every
 	// statement outside a transaction is one, so it counts round trips.
-	XactsPerMsg float64 `json:"xacts_per_msg,omitempty"`
+	TxPerMsg float64 `json:"tx_per_msg,omitempty"`
 	// WALKBPerMsg is the WAL the cluster wrote per message, in KB.
 	WALKBPerMsg float64 `json:"wal_kb_per_msg,omitempty"`
 	// Backlog: how long queueing took and what it cost (CPU also counts it),
@@ -246,7 +247,7 @@ func printBenchTable(w io.Writer, results []benchResult) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if slices.ContainsFunc(results, func(r benchResult) bool { return r.Noisy == nil && r.Claim == nil }) {
-		fmt.Fprintln(tw, "scenario\tsystem\tmessages\tconvs\tseconds\tmsgs/s\tp50 ms\tp95 ms\tp99 ms\tdup\torder\tlost\tRSS MB\tCPU ms/msg: system\tpostgres\txacts/msg\tWAL KB/msg\t")
+		fmt.Fprintln(tw, "scenario\tsystem\tmessages\tconvs\tseconds\tmsgs/s\tp50 ms\tp95 ms\tp99 ms\tdup\torder\tlost\tRSS MB\tCPU ms/msg: system\tpostgres\ttx/msg\tWAL KB/msg\t")
 	}
 	for _, r := range results {
 		if r.Noisy != nil || r.Claim != nil {
@@ -262,9 +263,9 @@ func printBenchTable(w io.Writer, results []benchResult) {
 				sysCPU = fmt.Sprintf("%.2f", r.CPU.System)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%s\t%s\t%s\t%.1f\t%.1f\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%s\t%s\t%s\t%.2f\t%.1f\t\n",
 			r.Scenario, r.System, r.Messages, r.Conversations, r.DurationS, r.Throughput,
-			r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Duplicates, r.OrderViolations, r.Lost, rss, sysCPU, pgCPU, r.XactsPerMsg, r.WALKBPerMsg)
+			r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Duplicates, r.OrderViolations, r.Lost, rss, sysCPU, pgCPU, r.TxPerMsg, r.WALKBPerMsg)
 	}
 	tw.Flush()
 	printRounds(w, results)

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -249,5 +252,26 @@ func TestMedianRoundKeepsEveryRoundsFaults(t *testing.T) {
 	}
 	if one := medianRound(rounds[:1]); one.RoundThroughputs != nil {
 		t.Fatalf("one round reports rounds %v", one.RoundThroughputs)
+	}
+}
+
+// Each run appends its report to the results file under its own heading
+// (date, commit, flags): the file keeps every run, the README none.
+func TestAppendResults(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "RESULTS.md")
+	for _, scenario := range []string{"hot", "spread"} {
+		if err := appendResults(path, []string{"--scenario", scenario}, []byte("table of "+scenario+"\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	if strings.Count(s, "\n## ") != 2 || !strings.Contains(s, `ARGS="--scenario hot"`) || !strings.Contains(s, "table of spread\n```") ||
+		strings.Index(s, "table of hot") > strings.Index(s, "table of spread") {
+		t.Fatalf("results file:\n%s\nwant both runs, in order, each with its flags", s)
 	}
 }

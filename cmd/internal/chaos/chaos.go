@@ -11,13 +11,20 @@
 //
 //	chaos.go              the configuration and the run itself
 //	fault.go              the fault interface, the seeded plan, the fault log
-//	fault_*.go            one kind of process fault each (kill, stall, restart, deploy)
+//	fault_*.go            one kind of process fault each (kill, stall, restart, deploy,
+//	                      partitions from Postgres or the Cloud API, a slow Postgres)
+//	netproxy.go           the TCP proxy that cuts or slows a connection
+//	network.go            the proxies of a run: each process's to Postgres, each worker's to the Cloud API
+//	check_partition.go    no Cloud API call from a worker cut off from Postgres once its lease is over
+//	soak*.go              make soak: the samples, the verdicts, the table and the plot
 //	fault_ha_*.go         with --ha, the failover faults on a Patroni cluster
 //	check_ha.go           with --ha, the recovery times and their check
 //	stresser.go           the stresser interface
 //	load.go               the clients and their ledger (a stresser)
 //	probe.go              the bad-input prober (a stresser)
 //	fault_hostile_flood.go strangers flooding the public webhook (a fault that runs alone)
+//	fault_pg_away.go      Postgres stopped 20 s: quiet logs, 503 with Retry-After, /readyz (runs alone)
+//	fault_handler_outage.go the tenants' handler away (refused, then n8n's 404): no dead letter, no halt
 //	latency.go            the real clients' waits, read by the flood
 //	meta.go               Meta's webhooks: statuses, end users' messages
 //	provider.go           the misbehaving provider (its faults are per request) and the tenants' handler
@@ -25,7 +32,7 @@
 //	settle.go             after the load: settling, ordo's view, dead letters
 //	check.go              the checker (a pure function of what was recorded) and the report
 //
-// README.md ("The crash and fault run") says what the run does and what
+// cmd/ordo-chaos/README.md says what the run does and what
 // each check means.
 package chaos
 
@@ -92,9 +99,14 @@ type Config struct {
 	// injects. Defaults scale with Duration: one per minute, per 90s and
 	// per 90s, at least one each.
 	APIKills, PGRestarts, Stalls int
+	// Partitions is how many of each network fault the run injects: a
+	// worker cut off from Postgres, a worker cut off from the Cloud API,
+	// Postgres slowed by PGSlowMin..PGSlowMax per round trip (network.go).
+	// Default: one per 90s, at least one each; none with HA.
+	Partitions int
 	// RollingDeploys is how many times every process is SIGTERMed and
 	// restarted in turn, under load. Default 0 (none) until SIGTERM is
-	// graceful in the engine (issue 10): on today's engine a deploy
+	// graceful in the engine: on an engine without it a deploy
 	// duplicates sends, and the run says so.
 	RollingDeploys int
 	// OperatorResolves is how many dead letters an operator replays or
@@ -123,16 +135,34 @@ type Config struct {
 	// Failovers is how many of each failover fault an HA run injects.
 	// Default: one per FailoverEvery of load, at least one.
 	Failovers int
+	// SoakDir, if set, makes the run a soak (soak.go): faults every few
+	// minutes, load at half the capacity unless Rate says otherwise, a
+	// sample every SoakSampleEvery, and the table (report.md) and the plot
+	// (soak.png) written to SoakDir. Default "" (a crash run).
+	SoakDir string
+	// SoakSampleEvery is how often a soak samples. Default
+	// SoakSampleEveryDefault.
+	SoakSampleEvery time.Duration
 	// Lease and SendTimeout are handed to the workers (see jobs.Config).
 	// Defaults 4s, 1.5s: a stalled or killed worker's conversations move on
 	// within seconds.
 	Lease, SendTimeout time.Duration
+	// PGAway is how long Postgres is stopped, once, under load
+	// (fault_pg_away.go). Default PGAwayDefault; negative: no outage. Not
+	// with HA (the failovers take its place).
+	PGAway time.Duration
+	// HandlerOutage is how long the tenants' handler is away, once
+	// (fault_handler_outage.go): refusing connections, then answering
+	// n8n's 404. Default HandlerOutageFull when Duration is at least
+	// HandlerOutageFullFrom, else half of Duration; negative: no outage.
+	HandlerOutage time.Duration
 }
 
 func (c Config) withDefaults() Config {
 	if c.Duration == 0 {
 		c.Duration = 3 * time.Minute
 	}
+	c = c.withSoakDefaults()
 	if c.Seed == 0 {
 		c.Seed = uint64(time.Now().UnixNano())
 	}
@@ -162,9 +192,11 @@ func (c Config) withDefaults() Config {
 	setInt(&c.APIKills, max(1, int(c.Duration/time.Minute)))
 	setInt(&c.PGRestarts, max(1, int(c.Duration/(90*time.Second))))
 	setInt(&c.Stalls, max(1, int(c.Duration/(90*time.Second))))
+	setInt(&c.Partitions, max(1, int(c.Duration/(90*time.Second))))
 	setInt(&c.Failovers, max(1, int(c.Duration/FailoverEvery)))
 	setDur(&c.Lease, 4*time.Second)
 	setDur(&c.SendTimeout, 1500*time.Millisecond)
+	setDur(&c.PGAway, PGAwayDefault)
 	return c
 }
 
@@ -226,13 +258,22 @@ type run struct {
 	tenants  []chaosTenant
 	latency  latencyLog // the real clients' waits, for the hostile flood
 
-	windowMu    sync.Mutex
-	windows     []faultWindow        // fault_rolling_deploy.go
-	hostile     []hostileRecord      // fault_hostile_flood.go
-	resolutions map[string]string    // fault_operator_resolve.go: tenant index and message id → replayed|skipped
-	replays     map[chaosConvKey]int // fault_operator_resolve.go: replays per conversation
-	failovers   []haFault            // fault_ha_*.go
-	ledger      *chaosLedger         // the clients' ledger, once the load starts
+	windowMu       sync.Mutex
+	windows        []faultWindow         // fault_rolling_deploy.go
+	hostile        []hostileRecord       // fault_hostile_flood.go
+	resolutions    map[string]string     // fault_operator_resolve.go: tenant index and message id → replayed|skipped
+	replays        map[chaosConvKey]int  // fault_operator_resolve.go: replays per conversation
+	failovers      []haFault             // fault_ha_*.go
+	ledger         *chaosLedger          // the clients' ledger, once the load starts
+	pgAways        []pgAwayRecord        // fault_pg_away.go
+	handlerOutages []handlerOutageRecord // fault_handler_outage.go
+
+	answers     answerLog         // the API's answers to the clients during a Postgres outage
+	exclusives  []exclusiveSpan   // when each exclusive fault ran (fault.go)
+	partitions  []partitionRecord // fault_worker_*_cut.go
+	workerAddrs []string          // each worker's listener: /healthz, /readyz, /metrics
+	netMu       sync.Mutex
+	net         network // the proxies between the processes and Postgres, the workers and the Cloud API
 }
 
 // chaosTenant is a tenant as the clients know it.
@@ -316,7 +357,7 @@ func (r *run) setUp(ctx context.Context, dir string) error {
 			Dir:      filepath.Join(dir, "pg"),
 			Port:     pgPort,
 			Fast:     true,
-			Settings: map[string]string{"synchronous_commit": "on", "max_connections": "400"},
+			Settings: chaosPGSettings,
 		})
 		if err != nil {
 			return err
@@ -356,8 +397,16 @@ func (r *run) setUp(ctx context.Context, dir string) error {
 
 	r.api = r.newProc(dir, "api", "serve", "--role", "api")
 	for i := range cfg.Workers {
+		// Its probes' listener, on a port of its own that the soak reads
+		// its metrics from.
+		port, err := chaosFreePort()
+		if err != nil {
+			return err
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		r.workerAddrs = append(r.workerAddrs, addr)
 		r.workers = append(r.workers, r.newProc(dir, "worker-"+strconv.Itoa(i+1), "serve", "--role", "worker",
-			"--addr", "127.0.0.1:0", // its probes' listener: any free port, not the API's
+			"--addr", addr,
 			"--workers", "16",
 			"--lease", cfg.Lease.String(),
 			"--send-timeout", cfg.SendTimeout.String(),
@@ -512,7 +561,19 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 			s.Stress(loadCtx, answerCtx)
 		}()
 	}
+	var sampler *soakSampler
+	samplerDone := make(chan struct{})
+	if cfg.SoakDir != "" {
+		sampler = newSoakSampler(r)
+		go func() {
+			defer close(samplerDone)
+			sampler.run(loadCtx)
+		}()
+	} else {
+		close(samplerDone)
+	}
 	stressing.Wait()
+	<-samplerDone
 	<-done // every process is back up, every stalled one resumed
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
@@ -536,6 +597,10 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 	stopMeta()
 	<-metaDone
 	deadLetters, dlErr := r.deadLetters(ctx)
+	var halted []string
+	if len(r.handlerOutages) > 0 {
+		halted = r.haltedConversations(ctx)
+	}
 	r.stopAll()
 	r.log.printf("processes stopped")
 	ambiguous, ambErr := r.ambiguousCounts(ctx)
@@ -564,11 +629,25 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		hostile:     r.hostileRecords(),
 		ha:          cfg.HA,
 		failovers:   r.failoverRecords(),
+
+		pgAways:        r.pgAways,
+		handlerOutages: r.handlerOutages,
+		handledAt:      r.handler.srv.handled(),
+		halted:         halted,
+		exclusives:     r.exclusives,
+		partitions:     r.partitionRecords(),
+		workerSends:    r.workerSends(),
+		lease:          cfg.Lease,
 	}
 	for _, t := range r.tenants {
 		in.policies = append(in.policies, t.ambiguous)
 	}
 	rep := chaosJudge(in)
+	if sampler != nil {
+		if err := r.finishSoak(rep, sampler.samples); err != nil {
+			return nil, err
+		}
+	}
 	rep.print(cfg.Out)
 	return rep, nil
 }

@@ -53,6 +53,15 @@ type chaosInput struct {
 	hostile     []hostileRecord      // each hostile flood's figures
 	ha          bool                 // the run's database was an HA cluster (--ha)
 	failovers   []haFault            // with ha: each failover fault as it happened
+
+	pgAways        []pgAwayRecord         // each Postgres outage's figures
+	handlerOutages []handlerOutageRecord  // each handler outage's figures
+	handledAt      map[string]time.Time   // slug:message id → the handler's first 200
+	halted         []string               // the handler tenants' conversations shown halted
+	exclusives     []exclusiveSpan        // when each exclusive fault ran
+	partitions     []partitionRecord      // each worker partition as it happened
+	workerSends    map[string][]time.Time // per worker: when it sent to the Cloud API, as its proxy saw it
+	lease          time.Duration          // the workers' lease
 }
 
 // chaosCheck is one verdict.
@@ -306,6 +315,12 @@ func chaosJudge(in chaosInput) *Report {
 			fmt.Sprintf("RSS within %d MB of before, real REST and signed webhook p99 under %s: %s", HostileRSSGrowthMax>>20, HostileP99Max, strings.Join(figures, "; ")), problems...)
 	}
 
+	// 5e. A dependency away is a state: Postgres (quiet logs, 503 with
+	// Retry-After, /readyz), the tenants' handler (no dead letter, no halt,
+	// handled soon after its return).
+	judgePGAways(rep, in)
+	judgeHandlerOutages(rep, in)
+
 	// 6. Dead letters: exactly the messages the provider failed for good.
 	rep.permanentFailed = len(in.provider.permanent)
 	rep.deadLettered = len(in.deadLetters)
@@ -378,6 +393,7 @@ func chaosJudge(in chaosInput) *Report {
 			missing = append(missing, fmt.Sprintf("%s: %d of %d planned", k, in.faults[k], n))
 		}
 	}
+	judgePartitions(rep, in)
 	rep.add("every kind of fault injected", len(missing) == 0, chaosFaultSummary(rep.faults), missing...)
 	if in.ha {
 		judgeFailovers(rep, in)
@@ -394,7 +410,8 @@ func chaosJudge(in chaosInput) *Report {
 func chaosFaultSummary(f map[string]int) string {
 	kinds := []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall,
 		faultProvider500, faultProviderTimeout, faultProviderDelivered, faultProviderPairRate, faultProviderPermanent}
-	for _, k := range []string{faultRollingDeploy, faultOperatorResolve, faultHostileFlood, faultHAPrimaryKill, faultHASwitchover, faultHAStandbyRestart} {
+	for _, k := range []string{faultRollingDeploy, faultOperatorResolve, faultHostileFlood, faultPGAway, faultHandlerOutage, faultHAPrimaryKill, faultHASwitchover, faultHAStandbyRestart,
+		faultWorkerDBCut, faultWorkerAPICut, faultPGSlow} {
 		if f[k] > 0 { // optional kinds: named only when the run had them
 			kinds = append(kinds, k)
 		}

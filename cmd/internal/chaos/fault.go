@@ -40,6 +40,13 @@ type exclusive interface {
 	exclusive()
 }
 
+// independent is a fault that takes no part in the exclusion: it breaks
+// something outside ordo's processes and Postgres (a tenant's handler) for
+// long, and neither waits for an exclusive fault nor holds one up.
+type independent interface {
+	independent()
+}
+
 // skippable is a periodic fault that is skipped, rather than delayed, when
 // an exclusive fault is under way at its time: delayed ones would all
 // strike at once when it ends (every worker killed together).
@@ -80,6 +87,11 @@ var faultKinds = []faultKind{
 	haPrimaryKillKind,
 	haSwitchoverKind,
 	haStandbyRestartKind,
+	handlerOutageKind, // before pgAwayKind, which keeps out of its way
+	pgAwayKind,
+	workerDBCutKind,
+	workerAPICutKind,
+	pgSlowKind,
 }
 
 // planner draws the plan from the seed: the periodic faults first, then the
@@ -89,6 +101,8 @@ type planner struct {
 	cfg     Config
 	rng     *rand.Rand
 	special []time.Duration
+	// handlerOutage is the handler outage's slot once planned.
+	handlerOutage *slot
 }
 
 // between is a random duration in [lo, hi).
@@ -151,7 +165,7 @@ func (p *faultPlan) kinds() map[string]int {
 
 // planShown is the order in which the plan line names the kinds.
 var planShown = []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall, faultRollingDeploy, faultOperatorResolve, faultHostileFlood,
-	faultHAPrimaryKill, faultHASwitchover, faultHAStandbyRestart}
+	faultPGAway, faultHandlerOutage, faultHAPrimaryKill, faultHASwitchover, faultHAStandbyRestart, faultWorkerDBCut, faultWorkerAPICut, faultPGSlow}
 
 func (p *faultPlan) print(l *faultLog) {
 	k := p.kinds()
@@ -188,7 +202,9 @@ func (r *run) runFaults(ctx context.Context, plan *faultPlan) {
 			defer wg.Done()
 			_, excl := f.(exclusive)
 			_, skip := f.(skippable)
+			_, indep := f.(independent)
 			switch {
+			case indep:
 			case excl:
 				alone.Lock()
 				defer alone.Unlock()
@@ -202,11 +218,17 @@ func (r *run) runFaults(ctx context.Context, plan *faultPlan) {
 				alone.RLock()
 				defer alone.RUnlock()
 			}
+			began := time.Now()
 			if !f.Inject(ctx, r) {
 				return
 			}
 			time.Sleep(f.slot().pause)
 			f.Recover(ctx, r)
+			if excl {
+				r.windowMu.Lock()
+				r.exclusives = append(r.exclusives, exclusiveSpan{kind: f.Kind(), from: began, to: time.Now()})
+				r.windowMu.Unlock()
+			}
 		}()
 	}
 }

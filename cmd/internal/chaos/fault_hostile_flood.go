@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// faultHostileFlood is issue 17's flood: while the load flows, strangers
+// faultHostileFlood is the hostile flood: while the load flows, strangers
 // post big unsigned bodies to the public webhook URL, known tenants and
 // unknown ones, declared lengths and chunked; the API process must keep
 // its memory and the real clients their answers.

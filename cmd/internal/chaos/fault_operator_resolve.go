@@ -20,13 +20,21 @@ const faultOperatorResolve = "operator_resolve"
 // is busy; the fault runs alone meanwhile, so it is short.
 const resolveWait = 8 * time.Second
 
+// resolveQuiet is how long the fault still runs alone after its window:
+// a send first delivered inside the window has its answer recorded before
+// another process fault (a stall, a kill, a partition) can cut the drain
+// off and make it resend — a duplicate the checker would lay at the
+// replay's door. Under a loaded machine a recording can take a second or
+// more.
+const resolveQuiet = 3 * time.Second
+
 // operatorResolveKind resolves OperatorResolves dead letters, replay and
 // skip alternating from the seed.
 var operatorResolveKind = faultKind{
 	name: faultOperatorResolve,
 	plan: func(p *planner) []fault {
 		return p.place(p.cfg.OperatorResolves, p.cfg.Duration-resolveWait-5*time.Second,
-			func() time.Duration { return 0 },
+			func() time.Duration { return resolveQuiet },
 			func(s slot) fault { return &operatorResolve{s: s, skip: s.target%2 == 1} })
 	},
 	summary: func(n int) string {

@@ -14,9 +14,9 @@ const faultRollingDeploy = "rolling_deploy"
 
 // deployHold is how long the provider holds back its answers around a
 // worker's SIGTERM, so that the signal finds sends in flight: far below the
-// run's send timeout (1.5s), so that the hold itself makes nothing
-// ambiguous even on a loaded machine (at 700ms one send timed out on 2
-// shared cores and passed for the deploy's duplicate).
+// run's send timeout, so that the hold itself makes nothing ambiguous even
+// on a loaded machine (a hold near the timeout made a send time out on a
+// shared machine, and it passed for the deploy's duplicate).
 const deployHold = 300 * time.Millisecond
 
 // deployGrace is how long a SIGTERMed process has to exit before it is

@@ -23,6 +23,7 @@ type chaosMsg struct {
 	webhook bool // an end user's message, coming as Meta's webhook (its id is a wamid)
 	text    string
 	body    []byte
+	offered time.Time // when the ledger first heard of it
 
 	// Set by the ledger, under its lock.
 	accepted bool
@@ -112,6 +113,9 @@ func newChaosLedger(pnids []string) *chaosLedger {
 func (l *chaosLedger) offer(m *chaosMsg) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if m.offered.IsZero() {
+		m.offered = time.Now()
+	}
 	l.msgs = append(l.msgs, m)
 	k := chaosConvKey{m.tenant, m.conv}
 	l.offers[k] = append(l.offers[k], m)
@@ -119,6 +123,18 @@ func (l *chaosLedger) offer(m *chaosMsg) {
 		l.byText[chaosSendKey(l.pnids[m.tenant], m.conv, t)] = m
 	}
 	l.byID[fmt.Sprint(m.tenant)+"\x00"+m.id] = m
+}
+
+// offeredAt is when the message that may send the text of sendKey was
+// offered.
+func (l *chaosLedger) offeredAt(sendKey string) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := l.byText[sendKey]
+	if m == nil || m.offered.IsZero() {
+		return time.Time{}, false
+	}
+	return m.offered, true
 }
 
 // startedEarly judges the first request for a text (a send, or with text ""
@@ -270,6 +286,8 @@ func (l *chaosLedger) permanentMessages() []*chaosMsg {
 type chaosClient struct {
 	base string
 	http *http.Client
+	// observe, if set, is shown every answer (the Postgres outage notes them).
+	observe func(*http.Response)
 }
 
 func newChaosClient(base string) *chaosClient {
@@ -301,6 +319,9 @@ func (c *chaosClient) send(req *http.Request) (int, []byte, error) {
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
+	if c.observe != nil {
+		c.observe(resp)
+	}
 	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return 0, nil, err
@@ -424,6 +445,7 @@ func newChaosLoad(r *run) *chaosLoad {
 		pnids = append(pnids, t.phoneNumberID)
 	}
 	l := &chaosLoad{r: r, api: newChaosClient(r.apiURL), ledger: newChaosLedger(pnids)}
+	l.api.observe = r.answers.add
 	for i := range r.cfg.Conversations {
 		t := i % len(r.tenants)
 		j := i / len(r.tenants)

@@ -47,7 +47,9 @@ type chaosMetaRecord struct {
 }
 
 func newChaosMeta(r *run) *chaosMeta {
-	return &chaosMeta{r: r, api: newChaosClient(r.apiURL)}
+	m := &chaosMeta{r: r, api: newChaosClient(r.apiURL)}
+	m.api.observe = r.answers.add
+	return m
 }
 
 // chaosWebhookBody is one webhook delivery for a tenant's number, holding either

@@ -220,12 +220,13 @@ func (p *chaosProber) expect(ctx context.Context, method, path, auth, contentTyp
 		answer []byte
 		err    error
 	)
-	for try := 0; ; try++ {
+	// A minute of 5xx or errors: longer than a Postgres outage (PGAway).
+	for deadline := time.Now().Add(time.Minute); ; {
 		status, answer, err = p.api.do(ctx, method, path, auth, contentType, body)
 		if err == nil && status < 500 {
 			break
 		}
-		if try == 100 || ctx.Err() != nil {
+		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("%s %s: no answer but 5xx or errors (last %d, %v)", method, path, status, err)
 		}
 		time.Sleep(200 * time.Millisecond)

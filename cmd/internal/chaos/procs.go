@@ -32,7 +32,10 @@ import (
 func (r *run) newProc(dir, name string, args ...string) *proc.Proc {
 	// application_name tells the process's database sessions apart, so a
 	// stall can pick the worker that holds the most conversations.
-	env := append(append([]string(nil), r.env...), "DATABASE_URL="+r.dbURL+"&application_name="+name)
+	env := append(append([]string(nil), r.env...), "DATABASE_URL="+r.procDBURL(name)+"&application_name="+name)
+	if url := r.procProviderURL(name); url != "" {
+		env = append(env, "ORDO_WHATSAPP_API_URL="+url)
+	}
 	return proc.New(proc.Config{
 		Name:         name,
 		Argv:         append(append([]string(nil), r.cfg.Exec...), args...),
@@ -53,6 +56,7 @@ func (r *run) stopAll() {
 		}
 	}
 	wg.Wait()
+	r.closeProxies()
 	if r.provider != nil {
 		r.provider.Close()
 	}

@@ -7,7 +7,6 @@ import (
 	"hash/fnv"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"time"
@@ -251,7 +250,7 @@ func chaosHash(seed uint64, s string, n int) uint64 {
 // ordo must send in order before the conversation's next message. It fails
 // 3% of calls with a 503, which ordo retries.
 type chaosHandler struct {
-	srv  *httptest.Server
+	srv  *handlerServer // its port closes and answers 404 in a handler outage
 	seed uint64
 
 	// firstCall, if set, is told of the first call for each message.
@@ -276,12 +275,12 @@ func chaosReplies(t string) []string { return []string{t + " #1", t + " #2"} }
 
 func newChaosHandler(seed uint64) *chaosHandler {
 	h := &chaosHandler{seed: seed, secrets: make(map[string]string), attempts: make(map[string]int)}
-	h.srv = httptest.NewServer(h)
+	h.srv = newHandlerServer(h)
 	return h
 }
 
 // URL is the handler's base URL; a tenant's handler is URL/{slug}.
-func (h *chaosHandler) URL() string { return h.srv.URL }
+func (h *chaosHandler) URL() string { return h.srv.URL() }
 
 // Close stops the handler.
 func (h *chaosHandler) Close() { h.srv.Close() }

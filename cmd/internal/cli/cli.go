@@ -5,6 +5,7 @@
 package cli
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -13,7 +14,10 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"os/user"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ordo-dev/ordo/tenants"
 )
@@ -31,6 +35,9 @@ type Env struct {
 	AdminPassword string
 	// TrustedProxies is ORDO_TRUSTED_PROXIES, unparsed (TrustedProxies).
 	TrustedProxies string
+	// OutboundDeny and OutboundAllow are ORDO_OUTBOUND_DENY and
+	// ORDO_OUTBOUND_ALLOW, unparsed (Outbound).
+	OutboundDeny, OutboundAllow string
 	// WhatsAppAPIURL is ORDO_WHATSAPP_API_URL; empty: the Cloud API (serve)
 	// or the sandbox (dev).
 	WhatsAppAPIURL string
@@ -38,6 +45,14 @@ type Env struct {
 	// ReadEnv sets it to DevDir; empty: none.
 	DevDir         string
 	Stdout, Stderr io.Writer
+	// Stdin is where a destructive command reads its confirmation (and
+	// `credential set --from-file -` its value); Terminal says whether it is
+	// a terminal: a command that is not asked on one needs --yes.
+	Stdin    io.Reader
+	Terminal bool
+	// Actor names the operator in the audit log: "cli:user@host", the OS
+	// user and the machine the command ran on. Empty: "cli".
+	Actor string
 	// Logger logs JSON to stderr at ORDO_LOG_LEVEL (default info).
 	Logger *slog.Logger
 }
@@ -51,9 +66,14 @@ func ReadEnv() *Env {
 		AdminPassword:  os.Getenv("ORDO_ADMIN_PASSWORD"),
 		TrustedProxies: os.Getenv("ORDO_TRUSTED_PROXIES"),
 		WhatsAppAPIURL: os.Getenv("ORDO_WHATSAPP_API_URL"),
+		OutboundDeny:   os.Getenv("ORDO_OUTBOUND_DENY"),
+		OutboundAllow:  os.Getenv("ORDO_OUTBOUND_ALLOW"),
 		DevDir:         DevDir,
 		Stdout:         os.Stdout,
 		Stderr:         os.Stderr,
+		Stdin:          os.Stdin,
+		Terminal:       isTerminal(os.Stdin),
+		Actor:          osActor(),
 		Logger:         slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()})),
 	}
 }
@@ -90,6 +110,25 @@ func TrustedProxies(env *Env) ([]netip.Prefix, error) {
 	return ps, nil
 }
 
+// MakeKeyHint says how to make a master key without Go or a database.
+const MakeKeyHint = `make a key with: export ORDO_MASTER_KEYS="k1:$(openssl rand -base64 32)" (or bin/ordo keys generate)`
+
+// Outbound parses ORDO_OUTBOUND_DENY and ORDO_OUTBOUND_ALLOW, the
+// operator's part of the outbound address policy for tenants' handler and
+// events URLs (tenants.OutboundPolicy): comma-separated addresses or CIDRs
+// refused besides the built-in refusals, and allowed whatever refuses them.
+func Outbound(env *Env) (tenants.OutboundPolicy, error) {
+	deny, err := tenants.ParseOutboundList(env.OutboundDeny)
+	if err != nil {
+		return tenants.OutboundPolicy{}, fmt.Errorf("ORDO_OUTBOUND_DENY: %w", err)
+	}
+	allow, err := tenants.ParseOutboundList(env.OutboundAllow)
+	if err != nil {
+		return tenants.OutboundPolicy{}, fmt.Errorf("ORDO_OUTBOUND_ALLOW: %w", err)
+	}
+	return tenants.OutboundPolicy{Deny: deny, Allow: allow}, nil
+}
+
 // MasterKeys parses ORDO_MASTER_KEYS.
 func MasterKeys(env *Env) ([]tenants.MasterKey, error) {
 	if env.MasterKeys == "" {
@@ -99,7 +138,7 @@ func MasterKeys(env *Env) ([]tenants.MasterKey, error) {
 	}
 	keys, err := tenants.ParseMasterKeys(env.MasterKeys)
 	if err != nil {
-		return nil, fmt.Errorf("ORDO_MASTER_KEYS: %w", err)
+		return nil, fmt.Errorf("ORDO_MASTER_KEYS: %w; %s", err, MakeKeyHint)
 	}
 	return keys, nil
 }
@@ -129,6 +168,48 @@ func ParseFlags(fs *flag.FlagSet, args []string) error {
 func PrintJSON(w io.Writer, v any) error {
 	if err := json.NewEncoder(w).Encode(v); err != nil {
 		return fmt.Errorf("write output: %w", err)
+	}
+	return nil
+}
+
+// isTerminal reports whether f is a terminal: a character device that
+// answers a terminal's ioctl (/dev/null is a character device too).
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// osActor is "cli:user@host" for the process's OS user and machine.
+func osActor() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return "cli:" + name + "@" + host
+}
+
+// ErrNotConfirmed is returned by Confirm when the operator did not confirm.
+var ErrNotConfirmed = errors.New("not confirmed")
+
+// Confirm guards a destructive command: yes (its --yes flag) goes ahead;
+// on a terminal the operator is asked, what naming what will happen, and
+// must answer "yes"; anywhere else (a script, a pipe) it refuses, saying to
+// add --yes.
+func Confirm(env *Env, yes bool, what string) error {
+	if yes {
+		return nil
+	}
+	if !env.Terminal || env.Stdin == nil {
+		return fmt.Errorf("%w: this %s; run it again with --yes to mean it (no terminal to ask on)", ErrNotConfirmed, what)
+	}
+	fmt.Fprintf(env.Stderr, "This %s.\nType yes to go on: ", what)
+	line, _ := bufio.NewReader(env.Stdin).ReadString('\n')
+	if strings.TrimSpace(line) != "yes" {
+		return fmt.Errorf("%w: nothing was done", ErrNotConfirmed)
 	}
 	return nil
 }

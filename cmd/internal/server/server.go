@@ -93,7 +93,7 @@ func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	store := tenants.NewStore(pool, vault)
+	store := tenants.NewStore(pool, vault).WithOutbound(cfg.Jobs.Outbound)
 	// One registry per process, every role: the pool, the database gauges
 	// (engine.TenantStats, cached) and what each part records.
 	var eng *engine.Engine
