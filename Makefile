@@ -88,7 +88,7 @@ soak: build
 # The n8n end-to-end run: a test behind its own build tag, driving bin/ordo
 # (ordo dev, the operator commands) and n8n as processes.
 n8n-e2e: build
-	ORDO_BIN=$(CURDIR)/bin/ordo $(GO) test -tags n8ne2e -count=1 -v -timeout 40m ./cmd/internal/n8ne2e/ $(ARGS)
+	ORDO_BIN=$(CURDIR)/bin/ordo $(GO) test -tags n8ne2e -count=1 -v -timeout 60m ./cmd/internal/n8ne2e/ $(ARGS)
 
 # The same run with the database as a Patroni cluster, failing over. No
 # hostile flood unless ARGS asks for one (--hostile 20s): its latency bound

@@ -69,7 +69,7 @@ type Config struct {
 	// still running after StopTimeout is cancelled. Default the longer of
 	// SendTimeout and the tenants' default handler timeout
 	// (tenants.HandlerTimeoutDefault, or HandlerTimeout if shorter) plus
-	// StopGraceExtra: about 35 s.
+	// StopGraceExtra: about 125 s.
 	StopTimeout time.Duration
 	// MaxMessagesPerRun and MaxRunTime bound one drain run, after which a busy
 	// conversation yields its worker and requeues itself. Defaults

@@ -47,9 +47,10 @@ type handlerAnswer struct {
 // tenant's handler_mode: sync, the replies are in the answer (a 202 makes
 // this message async); async, any 2xx means the replies will be posted;
 // notify, any 2xx is done. A tenant without a handler keeps its inbound
-// messages and answers nothing. 5xx, 404, 408, 410, 429, timeouts and
-// connection errors are retried; other 4xx and malformed answers are
-// permanent.
+// messages and answers nothing. A handler not there (connection errors,
+// 404, 410, 502-504) makes its tenant unreachable; 500, 408 and 429 are
+// retried; a timeout is not (timedOut); other 4xx and malformed answers
+// are permanent.
 func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error) {
 	none := handlerAnswer{replies: json.RawMessage("[]")}
 	if r.tenant.HandlerURL == "" {
@@ -84,8 +85,7 @@ func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error)
 		if cause := redactURL(err); cause != "timeout" {
 			return handlerAnswer{}, &failure{msg: "handler unreachable: " + cause + handlerDown, action: actUnreachable}
 		}
-		return handlerAnswer{}, &failure{silent: true, msg: fmt.Sprintf("handler timeout: no answer within the tenant's handler_timeout (%s); "+
-			"a slow workflow needs `ordo tenant update --handler-timeout` raised, or --handler-mode async (n8n answers at once, the workflow posts its replies)", r.handlerTimeout())}
+		return handlerAnswer{}, r.timedOut(ctx)
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxHandlerAnswer+1))
@@ -123,6 +123,30 @@ func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error)
 	}
 	replies, err := parseReplies(answer)
 	return handlerAnswer{replies: replies}, err
+}
+
+// timedOut is the failure of a handler call that got no answer within the
+// tenant's handler timeout. The workflow behind it may still be running (n8n
+// finishes an execution whose caller has gone), so by default the call is
+// not made again: a retry would run the workflow — and its AI step — once
+// more, and both runs' replies could be sent. The message is dead-lettered
+// with a reason saying what to change. A tenant with retry_timeouts set has
+// the call retried within max_attempts, as before issue 27.
+func (r *run) timedOut(ctx context.Context) error {
+	msg := fmt.Sprintf("the handler took longer than %s; n8n may still be running it — raise --handler-timeout or use async mode", seconds(r.handlerTimeout()))
+	// The call's context is spent (its deadline passed): read on one of
+	// its own. Unread, the safe side is not to call again.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	if retry, err := r.d.tenants.RetryTimeouts(ctx, r.tenant.ID); err == nil && retry {
+		return &failure{silent: true, msg: msg + " (called again: --retry-timeouts is set)"}
+	}
+	return &failure{silent: true, msg: msg + "; not called again (`ordo tenant update --retry-timeouts` retries a workflow that is safe to run twice)", action: actDeadLetter}
+}
+
+// seconds writes d as "N s" the way the dead letter reads it.
+func seconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + " s"
 }
 
 // handlerDown ends the reason of a failure that means the handler is not
@@ -184,36 +208,83 @@ func encodeHandlerRequest(req handlerRequest) ([]byte, error) {
 const n8nRespondImmediately = "Workflow was started"
 
 // parseReplies reads a handler's answer: {"replies": [{…}, …]}, or n8n's
-// one-element array of it ("Respond: When Last Node Finishes" with "All
-// Entries"). {"replies": []} is the only way to say "no replies": an empty
-// body (an n8n node failed before its Respond to Webhook node) or any other
-// shape is a permanent error whose reason names the n8n setting to change —
-// never a silent success with the replies lost.
+// items (itemReplies). {"replies": []} is the only way to say "no
+// replies": an empty body (an n8n node failed before its Respond to
+// Webhook node) or any other shape is a permanent error whose reason names
+// the n8n setting to change — never a silent success with the replies lost.
 func parseReplies(answer []byte) (json.RawMessage, error) {
 	trimmed := bytes.TrimSpace(answer)
 	if len(trimmed) == 0 {
 		return nil, &failure{msg: `handler answered an empty body; want {"replies": [...]} ({"replies": []} for none). ` +
 			`In n8n: a node failed before "Respond to Webhook" (see the workflow's executions), or the Webhook node's Respond setting answers before the replies exist`, action: actDeadLetter}
 	}
+	var replies []json.RawMessage
 	if trimmed[0] == '[' {
-		var items []json.RawMessage
-		if err := json.Unmarshal(trimmed, &items); err != nil || len(items) != 1 {
-			return nil, &failure{msg: `handler answered an array; want {"replies": [...]}, or n8n's one-element array of it`, action: actDeadLetter}
+		var err error
+		if replies, err = itemReplies(trimmed); err != nil {
+			return nil, err
 		}
-		trimmed = bytes.TrimSpace(items[0])
-	}
-	var raw struct {
-		Replies *[]json.RawMessage `json:"replies"`
-		Message any                `json:"message"`
-	}
-	if err := json.Unmarshal(trimmed, &raw); err != nil || raw.Replies == nil {
-		if raw.Message == n8nRespondImmediately {
-			return nil, &failure{msg: `handler answered "Workflow was started": the n8n Webhook node responds Immediately, before the workflow built its replies. ` +
-				`Set its Respond option to "Using 'Respond to Webhook' Node" (or "When Last Node Finishes")`, action: actDeadLetter}
+	} else {
+		var raw struct {
+			Replies *[]json.RawMessage `json:"replies"`
+			Message any                `json:"message"`
 		}
-		return nil, &failure{msg: `handler answer is not {"replies": [...]} (a JSON object with a "replies" array; {"replies": []} for none)`, action: actDeadLetter}
+		if err := json.Unmarshal(trimmed, &raw); err != nil || raw.Replies == nil {
+			if raw.Message == n8nRespondImmediately {
+				return nil, &failure{msg: `handler answered "Workflow was started": the n8n Webhook node responds Immediately, before the workflow built its replies. ` +
+					`Set its Respond option to "Using 'Respond to Webhook' Node" (or "When Last Node Finishes")`, action: actDeadLetter}
+			}
+			return nil, &failure{msg: `handler answer is not {"replies": [...]} (a JSON object with a "replies" array; {"replies": []} for none)`, action: actDeadLetter}
+		}
+		replies = *raw.Replies
 	}
-	replies := *raw.Replies
+	return checkReplies(replies)
+}
+
+// n8nItemsHint names the n8n settings that make an answer of items ordo
+// reads, for a dead letter about one it cannot.
+const n8nItemsHint = `In n8n, make each item {"replies": [...]} or one WhatsApp message with its "type" ` +
+	`(a Set or Code node before "Respond to Webhook"), or set "Respond to Webhook" to "Respond With: JSON" with {"replies": [...]}`
+
+// itemReplies reads an answer that is a JSON array: n8n's items, as
+// "Respond to Webhook" with "Respond With: All Incoming Items" or a Webhook
+// node with "When Last Node Finishes" and "All Entries" give them. Each
+// item is {"replies": [...]} (its replies follow the previous item's) or a
+// WhatsApp message object with its "type" (sent as one reply), in item
+// order. An item of any other shape, or no item at all, is a dead letter
+// naming the n8n setting to change.
+func itemReplies(answer []byte) ([]json.RawMessage, error) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(answer, &items); err != nil || len(items) == 0 {
+		return nil, &failure{msg: `handler answered an array that holds no n8n items; want {"replies": [...]} ({"replies": []} for none). ` + n8nItemsHint, action: actDeadLetter}
+	}
+	var replies []json.RawMessage
+	for i, item := range items {
+		var fields map[string]json.RawMessage
+		if t := bytes.TrimSpace(item); len(t) == 0 || t[0] != '{' || json.Unmarshal(t, &fields) != nil {
+			return nil, &failure{msg: fmt.Sprintf(`handler answered n8n items; item %d of %d is not a JSON object. `, i+1, len(items)) + n8nItemsHint, action: actDeadLetter}
+		}
+		if r, ok := fields["replies"]; ok {
+			var more []json.RawMessage
+			if err := json.Unmarshal(r, &more); err != nil || more == nil {
+				return nil, &failure{msg: fmt.Sprintf(`handler answered n8n items; item %d of %d has "replies" that is not an array. `, i+1, len(items)) + n8nItemsHint, action: actDeadLetter}
+			}
+			replies = append(replies, more...)
+		} else if typ, ok := fields["type"]; ok && len(typ) > 0 && typ[0] == '"' {
+			replies = append(replies, item)
+		} else {
+			return nil, &failure{msg: fmt.Sprintf(`handler answered n8n items; item %d of %d is neither {"replies": [...]} nor a WhatsApp message with a "type". `, i+1, len(items)) + n8nItemsHint, action: actDeadLetter}
+		}
+	}
+	if replies == nil {
+		replies = []json.RawMessage{}
+	}
+	return replies, nil
+}
+
+// checkReplies checks a handler's replies as WhatsApp will and returns them
+// as one JSON array.
+func checkReplies(replies []json.RawMessage) (json.RawMessage, error) {
 	if len(replies) > MaxReplies {
 		return nil, &failure{msg: fmt.Sprintf("handler answered %d replies; at most %d", len(replies), MaxReplies), action: actDeadLetter}
 	}

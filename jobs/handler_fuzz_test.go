@@ -81,12 +81,19 @@ func storable(b []byte) bool {
 // speaks JSON, not Go); an accepted answer is a JSON array of at most
 // MaxReplies objects, each one WhatsApp takes (the message schema), that
 // Postgres can store, and that reads back the same when answered again, in
-// either shape ({"replies": …} or n8n's one-element array of it).
+// any shape ({"replies": …}, n8n's items holding replies, n8n's items that
+// are the messages).
 func FuzzParseReplies(f *testing.F) {
 	for _, r := range repliesSeeds(f) {
 		f.Add(append(append([]byte(`{"replies":[`), r...), `]}`...))
 		f.Add(append(append([]byte(`[{"replies":[`), r...), `]}]`...))
+		// n8n's items: two items each holding replies, two message items.
+		f.Add(append(append(append(append([]byte(`[{"replies":[`), r...), `]},{"replies":[`...), r...), `]}]`...))
+		f.Add(append(append(append(append([]byte(`[`), r...), ','), r...), ']'))
 	}
+	f.Add([]byte(`[{"replies":[]},{"type":"text","text":{"body":"b"}}]`))
+	f.Add([]byte(`[{"text":"no type"},{"replies":[]}]`))
+	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, answer []byte) {
 		out, err := parseReplies(answer)
 		if err != nil {
@@ -116,10 +123,14 @@ func FuzzParseReplies(f *testing.F) {
 		if !storable(out) {
 			t.Fatalf("%q accepted as %q, which Postgres's jsonb refuses", answer, out)
 		}
-		for _, again := range [][]byte{
+		agains := [][]byte{
 			append(append([]byte(`{"replies":`), out...), '}'),
 			append(append([]byte(`[{"replies":`), out...), `}]`...),
-		} {
+		}
+		if len(replies) > 0 { // the replies as n8n's items, one message each
+			agains = append(agains, out)
+		}
+		for _, again := range agains {
 			back, err := parseReplies(again)
 			if err != nil || !bytes.Equal(back, out) {
 				t.Fatalf("%q accepted as %s; answered again as %s it reads %s, %v", answer, out, again, back, err)

@@ -35,6 +35,15 @@ func TestHandlerAnswersAsN8nGivesThem(t *testing.T) {
 		{name: "n8n When Last Node Finishes, All Entries", answer: func(int) (int, string) {
 			return 200, `[{"replies":[{"type":"text","text":{"body":"r1"}}]}]`
 		}, wantSent: []string{"r1"}},
+		{name: "n8n items holding replies (a Code node's two items, All Incoming Items)", answer: func(int) (int, string) {
+			return 200, `[{"replies":[{"type":"text","text":{"body":"r1"}}]},{"replies":[{"type":"text","text":{"body":"r2"}},{"type":"text","text":{"body":"r3"}}]}]`
+		}, wantSent: []string{"r1", "r2", "r3"}},
+		{name: "n8n items that are messages", answer: func(int) (int, string) {
+			return 200, `[{"type":"text","text":{"body":"r1"}},{"type":"text","text":{"body":"r2"}}]`
+		}, wantSent: []string{"r1", "r2"}},
+		{name: "n8n items of another shape", answer: func(int) (int, string) {
+			return 200, `[{"text":"r1"},{"text":"r2"}]`
+		}, wantDead: `"Respond With: JSON"`},
 		{name: "no replies, said so", answer: func(int) (int, string) { return 200, `{"replies":[]}` }},
 		{name: "n8n Respond Immediately", answer: func(int) (int, string) {
 			return 200, `{"message":"Workflow was started"}`

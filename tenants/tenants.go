@@ -71,6 +71,10 @@ type Tenant struct {
 	// HandlerTimeoutMS bounds one handler call, in milliseconds;
 	// HandlerTimeoutDefault unless changed.
 	HandlerTimeoutMS int `json:"handler_timeout_ms"`
+	// RetryTimeouts makes a sync handler call that timed out be made again
+	// (within max_attempts). Off by default: the workflow may still be
+	// running, and a retry would run it (and its AI step) once more.
+	RetryTimeouts bool `json:"retry_timeouts"`
 	// ReplyDeadlineMS is how long an async handler has to post its replies,
 	// in milliseconds; ReplyDeadlineDefault unless changed.
 	ReplyDeadlineMS int `json:"reply_deadline_ms"`
@@ -112,11 +116,12 @@ func (t Tenant) Redacted() Tenant {
 }
 
 // Defaults of the settings a tenant starts with (the columns' defaults in
-// sql/migrations/000004_tenant_settings.up.sql).
+// sql/migrations/000004_tenant_settings.up.sql; HandlerTimeoutDefault since
+// 000040_handler_timeouts.up.sql: long enough for an n8n workflow's AI step).
 const (
 	WeightDefault         = 1
 	HandlerModeDefault    = "sync"
-	HandlerTimeoutDefault = 30 * time.Second
+	HandlerTimeoutDefault = 120 * time.Second
 	ReplyDeadlineDefault  = 10 * time.Minute
 	// HandlerOutageLimitDefault is how long a tenant's handler may be
 	// unreachable before its messages are dead-lettered.
@@ -127,7 +132,7 @@ const (
 const tenantColumns = `id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
        sending_paused_at, COALESCE(sending_paused_reason, ''), created_at, extract(epoch FROM retention)::bigint,
        weight, max_concurrency, handler_mode, handler_timeout_ms, reply_deadline_ms, COALESCE(events_url, ''),
-       handler_down_since, COALESCE(handler_down_reason, ''), handler_outage_limit_ms, mark_read`
+       handler_down_since, COALESCE(handler_down_reason, ''), handler_outage_limit_ms, mark_read, retry_timeouts`
 
 // Querier is what a write runs on: the pool, or a caller's transaction
 // (sql.Querier).
@@ -295,6 +300,9 @@ type UpdateParams struct {
 	// MarkRead, if set, turns read receipts with a typing indicator on or
 	// off.
 	MarkRead *bool
+	// RetryTimeouts, if set, says whether a sync handler call that timed
+	// out is made again.
+	RetryTimeouts *bool
 }
 
 func (p UpdateParams) validate(s *Store) error {
@@ -371,7 +379,8 @@ UPDATE ordo.tenants SET
     reply_deadline_ms  = COALESCE($14::int, reply_deadline_ms),
     events_url         = CASE WHEN $15::text IS NULL THEN events_url ELSE NULLIF($15::text, '') END,
     handler_outage_limit_ms = COALESCE($16::bigint, handler_outage_limit_ms),
-    mark_read          = COALESCE($17::bool, mark_read)
+    mark_read          = COALESCE($17::bool, mark_read),
+    retry_timeouts     = COALESCE($18::boolean, retry_timeouts)
 WHERE slug = $1
 RETURNING ` + tenantColumns
 
@@ -387,7 +396,7 @@ func (s *Store) UpdateTx(ctx context.Context, q Querier, slug string, p UpdatePa
 	}
 	t, err := scanTenant(q.QueryRow(ctx, updateTenant,
 		slug, p.HandlerURL, p.Name, p.OnDeadLetter, p.Ambiguous, p.MaxAttempts, p.SendRate, p.PairGapMS, p.Retention.seconds(),
-		p.Weight, p.MaxConcurrency, p.HandlerMode, p.HandlerTimeoutMS, p.ReplyDeadlineMS, p.EventsURL, p.HandlerOutageLimitMS, p.MarkRead))
+		p.Weight, p.MaxConcurrency, p.HandlerMode, p.HandlerTimeoutMS, p.ReplyDeadlineMS, p.EventsURL, p.HandlerOutageLimitMS, p.MarkRead, p.RetryTimeouts))
 	if err != nil {
 		return Tenant{}, fmt.Errorf("update tenant %q: %w", slug, notFound(err))
 	}
@@ -512,13 +521,26 @@ func (s *Store) HandlerSecret(ctx context.Context, tenantID int64) ([]byte, erro
 	return []byte(v.Secret), nil
 }
 
+const selectRetryTimeouts = `SELECT retry_timeouts FROM ordo.tenants WHERE id = $1`
+
+// RetryTimeouts reports whether the tenant's sync handler calls that timed
+// out are made again. The drain asks only when a call timed out, so the
+// setting needs no place in the drain's own read of the tenant.
+func (s *Store) RetryTimeouts(ctx context.Context, tenantID int64) (bool, error) {
+	var retry bool
+	if err := s.pool.QueryRow(ctx, selectRetryTimeouts, tenantID).Scan(&retry); err != nil {
+		return false, fmt.Errorf("read retry_timeouts of tenant %d: %w", tenantID, notFound(err))
+	}
+	return retry, nil
+}
+
 func scanTenant(row pgx.Row) (Tenant, error) {
 	var t Tenant
 	var retention int64
 	err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.HandlerURL, &t.OnDeadLetter, &t.Ambiguous, &t.MaxAttempts,
 		&t.SendRate, &t.PairGapMS, &t.SendingPausedAt, &t.SendingPausedReason, &t.CreatedAt, &retention,
 		&t.Weight, &t.MaxConcurrency, &t.HandlerMode, &t.HandlerTimeoutMS, &t.ReplyDeadlineMS, &t.EventsURL,
-		&t.HandlerDownSince, &t.HandlerDownReason, &t.HandlerOutageLimitMS, &t.MarkRead)
+		&t.HandlerDownSince, &t.HandlerDownReason, &t.HandlerOutageLimitMS, &t.MarkRead, &t.RetryTimeouts)
 	t.Retention = Retention(time.Duration(retention) * time.Second)
 	return t, err
 }

@@ -61,6 +61,15 @@ handler_auth) and "ordo API key (%[1]s)" (name Authorization, value "Bearer
   ordo tenant update --slug %[1]s --handler-mode sync  --handler-url %[2]s%[3]s
   ordo tenant update --slug %[1]s --handler-mode async --handler-url %[2]s%[4]s   (the slow-AI variant)
   ordo tenant update --slug %[1]s --events-url %[2]s%[5]s
-`, *tenant, hook, n8n.WebhookPath("sync-handler", *tenant), n8n.WebhookPath("async-handler", *tenant), n8n.WebhookPath("events", *tenant))
+
+The node-* files use the ordo community node instead (install n8n-nodes-ordo:
+Settings → Community nodes, or npm install in ~/.n8n/nodes): create an "Ordo
+API" credential (ordo's URL, the API key) and an "Ordo Handler API" one (the
+tenant's handler secret); the Ordo Trigger checks ordo's signature itself.
+
+  ordo tenant update --slug %[1]s --handler-mode sync  --handler-url %[2]s%[6]s
+  ordo tenant update --slug %[1]s --handler-mode async --handler-url %[2]s%[7]s
+`, *tenant, hook, n8n.WebhookPath("sync-handler", *tenant), n8n.WebhookPath("async-handler", *tenant), n8n.WebhookPath("events", *tenant),
+		n8n.WebhookPath("node-sync-handler", *tenant), n8n.WebhookPath("node-async-handler", *tenant))
 	return nil
 }

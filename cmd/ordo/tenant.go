@@ -16,7 +16,7 @@ import (
 const tenantUsage = "ordo tenant create --slug S [--name N] [--handler-url U] | " +
 	"update --slug S [--handler-url U] [--name N] [--on-dead-letter halt|skip] [--ambiguous reconcile|resend] [--max-attempts N] " +
 	"[--send-rate N] [--pair-gap D] [--retention 30d|0] [--weight W] [--max-concurrency N] " +
-	"[--handler-mode sync|async|notify] [--handler-timeout D] [--reply-deadline D] [--events-url U] [--handler-outage-limit D] [--mark-read=true|false] | pause --slug S [--reason R] | resume --slug S | sql-role --slug S | list"
+	"[--handler-mode sync|async|notify] [--handler-timeout D] [--reply-deadline D] [--events-url U] [--handler-outage-limit D] [--mark-read=true|false] [--retry-timeouts[=false]] | pause --slug S [--reason R] | resume --slug S | sql-role --slug S | list"
 
 // runTenant is `ordo tenant create|update|pause|resume|list`.
 func runTenant(ctx context.Context, env *cli.Env, args []string) error {
@@ -132,6 +132,7 @@ func tenantUpdate(ctx context.Context, env *cli.Env, args []string) error {
 	eventsURL := fs.String("events-url", "", `where the tenant's events are POSTed; "" removes it`)
 	outageLimit := fs.Duration("handler-outage-limit", 0, fmt.Sprintf("how long the handler may be unreachable (refusing connections, 404, 502-504) while its conversations wait, before messages are dead-lettered, 1m..168h (default %s)", tenants.HandlerOutageLimitDefault))
 	markRead := fs.Bool("mark-read", false, "mark each inbound message read, with a typing indicator, before its handler's replies are sent (--mark-read=true; default off)")
+	retryTimeouts := fs.Bool("retry-timeouts", false, "make a sync handler call that timed out again (default false: the workflow may still be running, and a retry runs it once more)")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
@@ -182,6 +183,8 @@ func tenantUpdate(ctx context.Context, env *cli.Env, args []string) error {
 			p.HandlerOutageLimitMS = &ms
 		case "mark-read":
 			p.MarkRead = markRead
+		case "retry-timeouts":
+			p.RetryTimeouts = retryTimeouts
 		}
 	})
 	if parseErr != nil {

@@ -3,6 +3,11 @@
 // tenant events, as n8n 1.x imports them (`n8n import:workflow` or the
 // editor's "Import from file"). `ordo n8n templates` writes them with a
 // tenant's names and URLs filled in; `make n8n-e2e` runs them on a real n8n.
+//
+// The node-* templates use the ordo community node (n8n-nodes-ordo, in
+// n8n-nodes-ordo/ beside this file): its Ordo Trigger checks ordo's
+// signature and its Ordo node sends, posts replies and takes leases. The
+// others use n8n's own Webhook and HTTP Request nodes: nothing to install.
 package n8n
 
 import (
@@ -38,6 +43,11 @@ type Vars struct {
 	// Header Auth credential "Authorization: Bearer <API key>". Empty: the
 	// credential is looked up by name in the editor after the import.
 	HandlerCredentialID, APICredentialID string
+	// NodeHandlerCredentialID and NodeAPICredentialID are the ids of the
+	// ordo node's credentials the node-* templates use: an "Ordo Handler
+	// API" credential (the tenant's handler secret) and an "Ordo API" one
+	// (ordo's URL and the API key). Empty: NodeCredentialIDs.
+	NodeHandlerCredentialID, NodeAPICredentialID string
 }
 
 // Names lists the templates, e.g. "sync-handler".
@@ -51,7 +61,8 @@ func Names() []string {
 }
 
 // triggers is each template's webhook path suffix.
-var triggers = map[string]string{"sync-handler": "sync", "async-handler": "async", "send-from-flow": "send", "events": "events"}
+var triggers = map[string]string{"sync-handler": "sync", "async-handler": "async", "send-from-flow": "send", "events": "events",
+	"node-sync-handler": "node-sync", "node-sync-last-node": "node-last", "node-async-handler": "node-async", "node-send-from-flow": "node-send"}
 
 // WebhookPath is the path of template name's trigger under n8n's /webhook/
 // for tenant: the handler_url (sync-handler, async-handler) or events_url
@@ -64,6 +75,15 @@ func CredentialIDs(tenant string) (handler, api string) {
 	sum := sha256.Sum256([]byte(tenant))
 	id := hex.EncodeToString(sum[:8])
 	return "ordoH" + id, "ordoA" + id
+}
+
+// NodeCredentialIDs are the n8n credential ids of the ordo node's
+// credentials (handler secret, API) the node-* templates of tenant use when
+// Vars leaves them empty.
+func NodeCredentialIDs(tenant string) (handler, api string) {
+	sum := sha256.Sum256([]byte(tenant))
+	id := hex.EncodeToString(sum[:8])
+	return "ordoS" + id, "ordoN" + id
 }
 
 // Render returns template name with v filled in.
@@ -85,6 +105,8 @@ func Render(name string, v Vars) ([]byte, error) {
 	}
 	h, a := CredentialIDs(v.Tenant)
 	v.HandlerCredentialID, v.APICredentialID = cmp.Or(v.HandlerCredentialID, h), cmp.Or(v.APICredentialID, a)
+	nh, na := NodeCredentialIDs(v.Tenant)
+	v.NodeHandlerCredentialID, v.NodeAPICredentialID = cmp.Or(v.NodeHandlerCredentialID, nh), cmp.Or(v.NodeAPICredentialID, na)
 	if v.NotifyURL == "" {
 		v.NotifyURL = "https://example.com/replace-with-your-alert-webhook"
 	}
@@ -96,6 +118,8 @@ func Render(name string, v Vars) ([]byte, error) {
 		"__NOTIFY_URL__", v.NotifyURL,
 		"__HANDLER_CREDENTIAL_ID__", v.HandlerCredentialID,
 		"__API_CREDENTIAL_ID__", v.APICredentialID,
+		"__ORDO_HANDLER_CREDENTIAL_ID__", v.NodeHandlerCredentialID,
+		"__ORDO_API_CREDENTIAL_ID__", v.NodeAPICredentialID,
 		"__HOOKID__", hex.EncodeToString(sum[:6]),
 	)
 	return bytes.TrimSpace([]byte(r.Replace(string(raw)))), nil

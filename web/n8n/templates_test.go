@@ -9,8 +9,8 @@ import (
 func TestEveryTemplateRendersToAnImportableWorkflow(t *testing.T) {
 	t.Parallel()
 	names := Names()
-	if len(names) != 4 {
-		t.Fatalf("templates = %v, want the sync and async handlers, send-from-flow and events", names)
+	if len(names) != 8 {
+		t.Fatalf("templates = %v, want the sync and async handlers, send-from-flow and events, and the node variants", names)
 	}
 	for _, name := range names {
 		wf, err := Render(name, Vars{Tenant: "shop-1", OrdoURL: "http://ordo:8080/", NotifyURL: "http://hooks.example/x"})
@@ -34,7 +34,11 @@ func TestEveryTemplateRendersToAnImportableWorkflow(t *testing.T) {
 		if !strings.Contains(w.Name, "shop-1") || len(w.Nodes) < 2 || len(w.Connections) < 1 {
 			t.Errorf("%s: name %q, %d nodes, %d connections", name, w.Name, len(w.Nodes), len(w.Connections))
 		}
-		if w.Nodes[0].Type != "n8n-nodes-base.webhook" || w.Nodes[0].Parameters["path"] != WebhookPath(name, "shop-1") {
+		trigger := "n8n-nodes-base.webhook"
+		if strings.HasPrefix(name, "node-") && name != "node-send-from-flow" {
+			trigger = "n8n-nodes-ordo.ordoTrigger"
+		}
+		if w.Nodes[0].Type != trigger || w.Nodes[0].Parameters["path"] != WebhookPath(name, "shop-1") {
 			t.Errorf("%s: trigger %s at %v, want a webhook at %s", name, w.Nodes[0].Type, w.Nodes[0].Parameters["path"], WebhookPath(name, "shop-1"))
 		}
 		// n8n ends an expression at the first "}}": an object literal

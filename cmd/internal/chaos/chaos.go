@@ -470,6 +470,10 @@ func (r *run) createTenants(ctx context.Context) error {
 		t.ambiguous = ambiguous
 		if _, err := r.ordo(ctx, nil, "tenant", "update", "--slug", t.slug,
 			"--on-dead-letter", "skip", "--ambiguous", ambiguous, "--max-attempts", "25",
+			// The fake handler is safe to call twice, and a stalled or
+			// killed worker's handler call times out: retried, as an n8n
+			// workflow's is not by default.
+			"--retry-timeouts",
 			// The last tenant is paced low: many of its conversations wait
 			// on their number's send slots.
 			"--send-rate", strconv.Itoa(chaosSendRate(i, r.cfg.Tenants))); err != nil {

@@ -91,19 +91,20 @@ func (o *ordoDev) cli(stdin string, args ...string) string {
 }
 
 // createTenant creates a tenant with a sandbox WhatsApp credential and
-// returns its API key.
-func (o *ordoDev) createTenant(slug string, n int) string {
+// returns its API key and handler secret.
+func (o *ordoDev) createTenant(slug string, n int) (key, secret string) {
 	o.t.Helper()
 	var created struct {
-		APIKey string `json:"api_key"`
+		APIKey        string `json:"api_key"`
+		HandlerSecret string `json:"handler_secret"`
 	}
-	if err := json.Unmarshal([]byte(o.cli("", "tenant", "create", "--slug", slug)), &created); err != nil || created.APIKey == "" {
+	if err := json.Unmarshal([]byte(o.cli("", "tenant", "create", "--slug", slug)), &created); err != nil || created.APIKey == "" || created.HandlerSecret == "" {
 		o.t.Fatalf("ordo tenant create %s: %v", slug, err)
 	}
 	cred, _ := json.Marshal(map[string]string{"phone_number_id": phoneNumberID(n), "access_token": "sandbox-token",
 		"app_secret": appSecret(slug), "verify_token": "verify-" + slug})
 	o.cli(string(cred), "credential", "set", "--tenant", slug, "--name", "whatsapp", "--from-file", "-")
-	return created.APIKey
+	return created.APIKey, created.HandlerSecret
 }
 
 func phoneNumberID(n int) string   { return strconv.Itoa(100000000000100 + n) }
