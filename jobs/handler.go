@@ -302,8 +302,13 @@ func checkReplies(replies []json.RawMessage) (json.RawMessage, error) {
 			return nil, &failure{msg: fmt.Sprintf("reply %d of %d: %v", i+1, len(replies), err), action: actDeadLetter}
 		}
 	}
-	out, _ := json.Marshal(replies)
-	return out, nil
+	// As sent, not HTML-escaped: "&" stays "&" (json.Marshal would store
+	// "\u0026", the same value in other bytes).
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(replies)
+	return bytes.TrimRight(out.Bytes(), "\n"), nil
 }
 
 // retryAfter parses a Retry-After header (seconds or an HTTP date).
