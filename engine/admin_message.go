@@ -124,9 +124,6 @@ func (e *Engine) AdminMessage(ctx context.Context, slug, messageID string) (Admi
 		return err
 	})
 	if err != nil {
-		if ErrorCode(err) != CodeInternal {
-			return AdminMessageView{}, err
-		}
 		return AdminMessageView{}, translate(err, "read message")
 	}
 	return v, nil

@@ -377,9 +377,6 @@ func (e *Engine) AdminTimeline(ctx context.Context, slug, conversationID string,
 		return nil
 	})
 	if err != nil {
-		if ErrorCode(err) != CodeInternal {
-			return Timeline{}, err
-		}
 		return Timeline{}, translate(err, "read timeline")
 	}
 	return tl, nil

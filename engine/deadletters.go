@@ -226,9 +226,6 @@ func (e *Engine) resolve(ctx context.Context, tenantID int64, id, resolution, ac
 		return err
 	})
 	if err != nil {
-		if ErrorCode(err) != CodeInternal {
-			return DeadLetter{}, err
-		}
 		return DeadLetter{}, translate(err, "resolve dead letter")
 	}
 	e.logger.InfoContext(ctx, "dead letter resolved", slog.String("dead_letter_id", id), slog.String("resolution", resolution))

@@ -151,6 +151,9 @@ func (e *Engine) IngestTx(ctx context.Context, q Querier, m NewMessage) (Accepte
 // functions' own validation messages are safe to show, everything else is
 // internal.
 func translate(err error, doing string) error {
+	if ErrorCode(err) != CodeInternal {
+		return err // told to the user already (a transaction's own *Error)
+	}
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InvalidParameterValue:
