@@ -374,7 +374,7 @@ func (r *run) finish(ctx context.Context, m message, st *step, providerID *strin
 		b                  = &pgx.Batch{}
 	)
 	var sinceAccepted *time.Duration // set by a last finish
-	b.Queue(finishStepQuery, r.s.conv, r.s.fence, lockNamespace, st.id, providerID, m.pk, m.seq, last, replies, gap).QueryRow(func(row pgx.Row) error {
+	b.Queue(finishStepQuery, r.s.conv, r.s.fence, r.s.after, st.id, providerID, m.pk, m.seq, last, replies, gap).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&finished, &unlocked, &sinceAccepted)
 	})
 	if st.kind == "send" && !last && r.d.cfg.Metrics != nil {
