@@ -24,7 +24,7 @@ import (
 // costs river-plain (issue 11, `make bench` spread). A runner whose turn
 // falls on an unpaced, uncapped tenant therefore first claims up to
 // Config.BatchSize of its due conversations whose next message is an
-// outbound one not started yet, in one statement (ordo.claim_batch: their
+// outbound one not started yet, in one statement (ordo.claim: their
 // locks, fences, ready rows and send steps), sends those messages at once,
 // and records the round in one statement (ordo.finish_batch), which starts
 // each conversation's next message for the next round — each write behind
@@ -33,7 +33,7 @@ import (
 // one conversation at a time by the drain's own code, on the same
 // connection, which holds their locks. A conversation whose next message
 // needs a full drain (inbound, a retry) is released due at once, and
-// ordo.claim_batch stops at the first such conversation of the tenant, so
+// ordo.claim stops at the first such conversation of the tenant, so
 // the tenant's order of due conversations holds; paced, paused and capped
 // tenants go through the per-conversation drain.
 
@@ -47,7 +47,7 @@ FROM ordo.finish_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 // one at a time.
 const endBatchQuery = `SELECT ordo.drain_lease(0)`
 
-// batch is what one ordo.claim_batch took: conversations of one tenant,
+// batch is what one ordo.claim took: conversations of one tenant,
 // each with its next message's send step started.
 type batch struct {
 	tenant       int64
@@ -110,7 +110,7 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 	if !haveCred {
 		// Changed since it was cached: read once for the batch. A problem
 		// with it is the drain's to settle (it pauses the tenant's sending).
-		c, problem, err := (&run{d: d, tenant: tenants.Tenant{ID: b.tenant}}).loadCredential(ctx)
+		c, problem, err := (&run{d: d, tenant: tenants.Tenant{ID: b.tenant}, on: conn}).loadCredential(ctx)
 		if err == nil && problem == "" {
 			d.creds.put(b.tenant, b.credentialAt, c)
 			cred, haveCred = c, true

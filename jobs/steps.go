@@ -56,6 +56,9 @@ type run struct {
 	credentialAt   *time.Time // the credential row's updated_at, read on takeover
 	secret         []byte
 	auth           *tenants.HandlerAuth // the tenant's handler auth; nil: none
+	// on is the connection reads go through when there is no session yet
+	// (a batch's); nil with no session: the pool.
+	on tenants.Querier
 	// probing: this run holds the probe of the tenant's unreachable handler.
 	probing bool
 	// goOn says, when the current message's last write is built, whether

@@ -47,7 +47,7 @@ RETURNS TABLE (
 LANGUAGE plpgsql
 -- Reach the batch's rows by their keys whatever the statistics say (without
 -- them Postgres scanned steps and conversations whole for a batch of eight:
--- ordo.claim_batch).
+-- ordo.claim).
 SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
