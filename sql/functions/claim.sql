@@ -7,7 +7,7 @@
 -- needs comes back as its result.
 --
 -- The tenant's due conversations are walked in due order; each is claimed
--- by its drain lock (ordo.drain_lock), tried and never waited for, so one
+-- by its drain lock (ordo.drain_key), tried and never waited for, so one
 -- another drain holds is passed over.
 --   * A batch (p_max >= 1, number p_phone given, ordo.may_batch): while the
 --     next conversation's next message is outbound with no step yet, and
@@ -94,7 +94,7 @@ BEGIN
                 v_more := true;
                 EXIT;
             END IF;
-            IF NOT ordo.drain_lock(v_cand.id) THEN
+            IF NOT (SELECT pg_try_advisory_lock(k.ns, k.key) FROM ordo.drain_key(v_cand.id) k) THEN
                 CONTINUE; -- another drain has it
             END IF;
             IF NOT v_cand.quiet THEN
@@ -135,7 +135,7 @@ BEGIN
                 v_more := true;
                 EXIT;
             END IF;
-            IF ordo.drain_lock(v_cand.id) THEN
+            IF (SELECT pg_try_advisory_lock(k.ns, k.key) FROM ordo.drain_key(v_cand.id) k) THEN
                 -- The takeover, under FOR UPDATE: it waits for a write of
                 -- the drain before (its fence check holds the row), and a
                 -- stale drain's later writes fail on the bumped fence.
