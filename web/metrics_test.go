@@ -61,6 +61,7 @@ func TestMetricsOverHTTP(t *testing.T) {
 		`ordo_sending_paused_tenants 0`,
 		`ordo_http_requests_total{code="202",method="POST",route="/v1/messages"} 3`,
 		`ordo_stats_up 1`,
+		`ordo_http_requests_in_flight 1`, // this GET /metrics, and nothing left over
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics has no %q", want)

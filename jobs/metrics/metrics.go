@@ -88,6 +88,7 @@ type Metrics struct {
 	webhookStatuses  prometheus.Counter
 	httpRequests     *prometheus.CounterVec
 	httpSeconds      *prometheus.HistogramVec
+	httpInFlight     prometheus.Gauge
 	drainsRunning    prometheus.Gauge
 	drainRunsStarted prometheus.Counter
 	drainBatches     prometheus.Counter
@@ -167,6 +168,10 @@ func New(cfg Config) (*Metrics, error) {
 			Help:    "HTTP request duration by route template.",
 			Buckets: latencyBuckets,
 		}, []string{"route"}),
+		httpInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "http_requests_in_flight",
+			Help: "HTTP requests being served now (each holds a goroutine beside its connection's).",
+		}),
 		drainsRunning: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "drains_running",
 			Help: "Conversations this process is draining now.",
@@ -192,7 +197,7 @@ func New(cfg Config) (*Metrics, error) {
 	build.Set(1)
 	cs := []prometheus.Collector{
 		m.accepted, m.duplicates, m.steps, m.sendSeconds, m.handlerSeconds, m.acceptToSend,
-		m.webhooks, m.webhookStatuses, m.httpRequests, m.httpSeconds, m.drainsRunning, m.drainRunsStarted, m.drainBatches, m.billable, build,
+		m.webhooks, m.webhookStatuses, m.httpRequests, m.httpSeconds, m.httpInFlight, m.drainsRunning, m.drainRunsStarted, m.drainBatches, m.billable, build,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
@@ -309,6 +314,17 @@ func (m *Metrics) HTTP(route, method string, code int, d time.Duration) {
 	}
 	m.httpRequests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
 	m.httpSeconds.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// HTTPStarted counts a request in flight and returns the function that
+// ends it (ordo_http_requests_in_flight): the soak reads it to tell the
+// goroutines requests hold from ones that stay (cmd/internal/chaos).
+func (m *Metrics) HTTPStarted() (done func()) {
+	if m == nil {
+		return func() {}
+	}
+	m.httpInFlight.Inc()
+	return m.httpInFlight.Dec
 }
 
 // BatchClaimed counts a batch of conversations claimed together.

@@ -9,10 +9,8 @@ package chaos
 // run's checks.
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -94,10 +92,19 @@ type soakSample struct {
 }
 
 // soakProc is one ordo process at a sample; -1 where it could not be read
-// (down, restarting).
+// (down, restarting). What its goroutines and open files are made of
+// (soak_conns.go): conns are the connections accepted on its port that it
+// holds open, clientConns those of them the run's own clients hold open
+// at their end, inFlight its HTTP requests being served, poolConns (of at
+// most poolMax) its database pool's connections.
 type soakProc struct {
 	rssBytes, goroutines, openFiles int64
+	conns, clientConns, inFlight    int64
+	poolConns, poolMax              int64
 }
+
+// unreadProc is a process that could not be read.
+var unreadProc = soakProc{-1, -1, -1, -1, -1, -1, -1, -1}
 
 // soakSampler reads the samples.
 type soakSampler struct {
@@ -212,10 +219,11 @@ func (r *run) procsByName() map[string]soakTarget {
 	return out
 }
 
-// readSoakProc reads a process's RSS and open files from /proc and its
-// goroutines from its /metrics.
+// readSoakProc reads a process's RSS, open files and sockets from /proc,
+// the run's own connections to it, and its goroutines, requests in flight
+// and pool connections from its /metrics.
 func readSoakProc(ctx context.Context, pid int, metricsURL string) soakProc {
-	out := soakProc{rssBytes: -1, goroutines: -1, openFiles: -1}
+	out := unreadProc
 	if pid <= 0 {
 		return out
 	}
@@ -237,41 +245,29 @@ func readSoakProc(ctx context.Context, pid int, metricsURL string) soakProc {
 	if ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd"); err == nil {
 		out.openFiles = int64(len(ents))
 	}
-	if metricsURL != "" {
-		out.goroutines = readGoroutines(ctx, metricsURL)
-	}
-	return out
-}
-
-func readGoroutines(ctx context.Context, url string) int64 {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return -1
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
-			if v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64); err == nil {
-				return int64(v)
-			}
+	if port := urlPort(metricsURL); port > 0 {
+		// Both ends at once, the process's first: a connection the
+		// clients open in between shows at their end only.
+		if socks, err := procSockets(pid); err == nil {
+			out.conns = int64(acceptedOn(socks, port))
+		}
+		if socks, err := procSockets(os.Getpid()); err == nil && out.conns >= 0 {
+			out.clientConns = int64(dialedTo(socks, port))
 		}
 	}
-	return -1
+	if metricsURL != "" {
+		m := readSoakMetrics(ctx, metricsURL)
+		out.goroutines, out.inFlight, out.poolConns, out.poolMax = m.goroutines, m.inFlight, m.poolConns, m.poolMax
+	}
+	return out
 }
 
 func (s soakSample) line() string {
 	var parts []string
 	for _, name := range sortedKeys(s.procs) {
 		p := s.procs[name]
-		parts = append(parts, fmt.Sprintf("%s rss=%.1fMB g=%d fd=%d", name, float64(p.rssBytes)/(1<<20), p.goroutines, p.openFiles))
+		parts = append(parts, fmt.Sprintf("%s rss=%.1fMB g=%d fd=%d conns=%d/%d req=%d pool=%d", name, float64(p.rssBytes)/(1<<20), p.goroutines, p.openFiles,
+			p.conns, p.clientConns, p.inFlight, p.poolConns))
 	}
 	return fmt.Sprintf("%s; tables=%.1fMB indexes=%.1fMB messages=%d dead=%d; rest_2xx=%d p99=%s first_sends=%d p99=%s; load %.1f",
 		strings.Join(parts, ", "), float64(s.tableBytes)/(1<<20), float64(s.indexBytes)/(1<<20), s.messages, s.deadTuples,

@@ -14,8 +14,11 @@ type soakSeries struct {
 	name, unit string
 	values     []float64 // per sample; NaN where it could not be read
 	// A series is flat or bounded when the median of its last third is at
-	// most factor times the median of its first third, plus slack.
+	// most factor times the median of its first third, plus slack; or,
+	// when limit is set, at most limit (a bound the process is configured
+	// with, such as its pool's size; NaN: that bound was never read).
 	factor, slack float64
+	limit         float64
 }
 
 // soakVerdict is a series' judgement.
@@ -53,15 +56,54 @@ func soakSeriesOf(samples []soakSample) []soakSeries {
 		}
 		return float64(v) / scale
 	}
+	diff := func(v int64, less ...int64) float64 {
+		for _, l := range less {
+			if l < 0 {
+				return math.NaN()
+			}
+			v -= l
+		}
+		return pos(v, 1)
+	}
 	var out []soakSeries
 	for _, n := range names {
+		poolMax := math.NaN()
+		for _, s := range samples {
+			if p, ok := s.procs[n]; ok && p.poolMax > 0 {
+				poolMax = max(float64(p.poolMax), nanToZero(poolMax))
+			}
+		}
+		// Goroutines and open files are judged without what the clients
+		// and the load legitimately hold at the moment of the sample (one
+		// goroutine and one file per open connection, one goroutine more
+		// per request in flight, one file per pool connection): on a
+		// slower machine there are more of those, with nothing leaked
+		// (soak_conns.go). What they hold is judged on its own: every
+		// connection the process keeps is one a client keeps too, and the
+		// pool stays within its size.
 		out = append(out,
 			soakSeries{name: "rss " + n, unit: "MB", factor: 1.5, slack: 8,
 				values: val(func(s soakSample) float64 { return pos(s.procs[n].rssBytes, 1<<20) })},
-			soakSeries{name: "goroutines " + n, unit: "", factor: 1.5, slack: 20,
-				values: val(func(s soakSample) float64 { return pos(s.procs[n].goroutines, 1) })},
-			soakSeries{name: "open files " + n, unit: "", factor: 1.5, slack: 10,
-				values: val(func(s soakSample) float64 { return pos(s.procs[n].openFiles, 1) })})
+			soakSeries{name: "goroutines " + n + " beyond connections and requests", unit: "", factor: 1.5, slack: 20,
+				values: val(func(s soakSample) float64 {
+					p := s.procs[n]
+					return diff(p.goroutines, p.conns, p.inFlight)
+				})},
+			soakSeries{name: "open files " + n + " beyond connections", unit: "", factor: 1.5, slack: 10,
+				values: val(func(s soakSample) float64 {
+					p := s.procs[n]
+					return diff(p.openFiles, p.conns, p.poolConns)
+				})},
+			soakSeries{name: "connections " + n + " no client holds", unit: "", factor: 1.5, slack: 10,
+				values: val(func(s soakSample) float64 {
+					p := s.procs[n]
+					if p.conns < 0 || p.clientConns < 0 {
+						return math.NaN()
+					}
+					return float64(max(0, p.conns-p.clientConns))
+				})},
+			soakSeries{name: "database connections " + n, unit: "", limit: poolMax,
+				values: val(func(s soakSample) float64 { return pos(s.procs[n].poolConns, 1) })})
 	}
 	perMsg := func(b, m int64) float64 {
 		if b < 0 || m <= 0 {
@@ -101,8 +143,16 @@ func judgeSoakSeries(s soakSeries, every time.Duration) soakVerdict {
 		return v
 	}
 	bound := s.factor*v.first + s.slack
-	v.ok = v.last <= bound
 	v.why = fmt.Sprintf("last third %s ≤ %s (%.1f× first third %s + %s)", fmtUnit(v.last, s.unit), fmtUnit(bound, s.unit), s.factor, fmtUnit(v.first, s.unit), fmtUnit(s.slack, s.unit))
+	if math.IsNaN(s.limit) {
+		v.why = "its bound was never read"
+		return v
+	}
+	if s.limit > 0 {
+		bound = s.limit
+		v.why = fmt.Sprintf("last third %s ≤ %s (the configured bound)", fmtUnit(v.last, s.unit), fmtUnit(bound, s.unit))
+	}
+	v.ok = v.last <= bound
 	if !v.ok {
 		v.why = strings.Replace(v.why, "≤", ">", 1)
 	}
@@ -117,6 +167,13 @@ func fmtUnit(x float64, unit string) string {
 		return fmt.Sprintf("%.0f %s", x, unit)
 	}
 	return fmt.Sprintf("%.1f %s", x, unit)
+}
+
+func nanToZero(x float64) float64 {
+	if math.IsNaN(x) {
+		return 0
+	}
+	return x
 }
 
 // median of the values that are not NaN; NaN if none.
@@ -212,7 +269,7 @@ func (sr soakReport) writeMarkdown(w io.Writer) {
 		for _, n := range names {
 			p, ok := s.procs[n]
 			if !ok {
-				p = soakProc{-1, -1, -1}
+				p = unreadProc
 			}
 			row = append(row, mb(p.rssBytes), num(p.goroutines), num(p.openFiles))
 		}
