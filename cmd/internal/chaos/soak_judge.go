@@ -241,14 +241,14 @@ func (sr soakReport) writeMarkdown(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\n%d passed, %d failed\n\n", passed, len(sr.verdicts)-passed)
 
-	fmt.Fprintln(w, "## Samples\n\nRSS in MB, goroutines (gor) and open files (fds) per process (– while it was down); sizes in MB; over the minute before the sample: the REST copies answered 2xx (a message is offered in 1 to 3 copies) and the p99 of their wait, the texts first delivered at the provider and the p99 from their message's offer; the machine's one-minute load average.")
+	fmt.Fprintln(w, "## Samples\n\nRSS in MB, goroutines (gor), open files (fds), connections accepted and held by the process / by the run's clients at their end (conns), HTTP requests in flight (req) and database pool connections (pool) per process (– while it was down); sizes in MB; over the minute before the sample: the REST copies answered 2xx (a message is offered in 1 to 3 copies) and the p99 of their wait, the texts first delivered at the provider and the p99 from their message's offer; the machine's one-minute load average.")
 	var names []string
 	if len(sr.samples) > 0 {
 		names = sortedKeys(sr.samples[len(sr.samples)-1].procs)
 	}
 	head := []string{"min"}
 	for _, n := range names {
-		head = append(head, n+" rss", n+" gor", n+" fds")
+		head = append(head, n+" rss", n+" gor", n+" fds", n+" conns", n+" req", n+" pool")
 	}
 	head = append(head, "tables MB", "indexes MB", "messages", "dead tuples", "REST 2xx", "p99 accept", "first sends", "p99 send", "load")
 	fmt.Fprintf(w, "\n| %s |\n|%s\n", strings.Join(head, " | "), strings.Repeat("---:|", len(head)))
@@ -271,7 +271,11 @@ func (sr soakReport) writeMarkdown(w io.Writer) {
 			if !ok {
 				p = unreadProc
 			}
-			row = append(row, mb(p.rssBytes), num(p.goroutines), num(p.openFiles))
+			conns := num(p.conns)
+			if p.conns >= 0 {
+				conns += "/" + num(p.clientConns)
+			}
+			row = append(row, mb(p.rssBytes), num(p.goroutines), num(p.openFiles), conns, num(p.inFlight), num(p.poolConns))
 		}
 		row = append(row, mb(s.tableBytes), mb(s.indexBytes), num(s.messages), num(s.deadTuples),
 			fmt.Sprint(s.accepted), fmt.Sprint(s.p99Accept.Milliseconds()), fmt.Sprint(s.sent), fmt.Sprint(s.p99Send.Milliseconds()),

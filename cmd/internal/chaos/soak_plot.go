@@ -26,6 +26,7 @@ var soakPanels = []struct {
 	{"RSS per process", "MB", []string{"rss "}},
 	{"goroutines per process", "goroutines", []string{"goroutines "}},
 	{"open files per process", "files", []string{"open files "}},
+	{"connections per process", "connections", []string{"connections ", "database connections "}},
 	{"table and index bytes per stored message", "bytes", []string{"table bytes", "index bytes"}},
 	{"dead tuples", "tuples", []string{"dead tuples"}},
 	{"p99 latency", "ms", []string{"p99 "}},
