@@ -1,11 +1,14 @@
 package jobs_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +16,9 @@ import (
 
 	"github.com/ordo-dev/ordo/jobs"
 	"github.com/ordo-dev/ordo/jobs/jobstest"
+	"github.com/ordo-dev/ordo/jobs/outage"
 	"github.com/ordo-dev/ordo/jobs/whatsapp/whatsapptest"
+	"github.com/ordo-dev/ordo/sql/sqltest"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -194,6 +199,99 @@ func TestLiveWorkersAreNotSwept(t *testing.T) {
 	})
 	if after := strings.Join(runnerQueues(b), ","); after != before {
 		t.Fatalf("runner queues %s became %s while both processes ran", before, after)
+	}
+	b.Ingest("c1", "m1", "one")
+	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.WhatsApp.WaitForSends(wctx, 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// syncBuffer is a log sink shared by the runner's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Postgres goes away for longer than every periodic job's period and than
+// RunnerGoneAfter: the periodic jobs (River's leader inserting them, any
+// process working them) and River's own loops log nothing but the watch's
+// line while it is away; when it is back the jobs run again, and the
+// process, silent for the whole outage, is not swept as gone.
+func TestPeriodicJobsQuietWhilePostgresIsAway(t *testing.T) {
+	t.Parallel()
+	var (
+		proxy *sqltest.Proxy
+		logs  syncBuffer
+	)
+	watch := outage.NewWatch("postgres", outage.Config{}, slog.New(slog.NewJSONHandler(&logs, nil)))
+	b := jobstest.Setup(t, jobstest.Options{
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+		Config: jobs.Config{
+			Database: watch, RunnerGoneAfter: gone, OrphanInterval: time.Second, PruneInterval: time.Second,
+			Events: jobs.EventsConfig{PollInterval: time.Second},
+		},
+		Through: func(url string) string {
+			p, through := sqltest.NewProxy(t, url)
+			proxy = p
+			return through
+		},
+	})
+	completed := func(kind string) int {
+		return b.Count(`SELECT count(*) FROM ordo.river_job WHERE kind = $1 AND state = 'completed'`, kind)
+	}
+	kinds := []string{"ordo_prune", "ordo_reconcile", "ordo_dispatch_events", "ordo_sweep_runners"}
+	b.WaitFor("every periodic job to run", 30*time.Second, func() bool {
+		for _, k := range kinds {
+			if completed(k) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	queues := runnerQueues(b)
+
+	proxy.Cut()
+	before := len(logs.String())
+	time.Sleep(4 * gone) // every period passes several times; the queue goes stale
+	lines := strings.Split(strings.TrimSpace(logs.String()[before:]), "\n")
+	t.Logf("while Postgres was away:\n%s", strings.Join(lines, "\n"))
+	if len(lines) > 6 { // a line per period and job would be dozens
+		t.Errorf("%d log lines while Postgres was away; want the watch's and a few of River's from before the watch knew:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	if !watch.Down() {
+		t.Fatal("the watch does not know Postgres is away")
+	}
+
+	proxy.Restore()
+	b.WaitFor("postgres back", 30*time.Second, func() bool { return !watch.Down() })
+	ran := map[string]int{}
+	for _, k := range kinds {
+		ran[k] = completed(k)
+	}
+	b.WaitFor("every periodic job to run again", 30*time.Second, func() bool {
+		for _, k := range kinds {
+			if completed(k) <= ran[k] {
+				return false
+			}
+		}
+		return true
+	})
+	if got := runnerQueues(b); strings.Join(got, ",") != strings.Join(queues, ",") {
+		t.Fatalf("runner queues %v after the outage; want %v (a live process is not gone)", got, queues)
 	}
 	b.Ingest("c1", "m1", "one")
 	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
