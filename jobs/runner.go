@@ -159,7 +159,8 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		// River's own loops retry against a database that is away as
 		// often as ordo's would; their warnings then say nothing the
 		// watch's two lines do not (outage.go).
-		Logger: slog.New(outage.QuietHandler{Handler: logger.Handler(), Watch: cfg.Database}).With(slog.String("component", "river")),
+		// Its chatter below riverLogLevel is left out (riverlog.go).
+		Logger: slog.New(outage.QuietHandler{Handler: atLeast{Handler: logger.Handler(), level: riverLogLevel}, Watch: cfg.Database}).With(slog.String("component", "river")),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
