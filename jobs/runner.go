@@ -116,7 +116,7 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		cfg:        cfg,
 		logger:     logger,
 		pool:       pool,
-		queue:      "ordo-run-" + hex.EncodeToString(id[:]),
+		queue:      runnerQueuePrefix + hex.EncodeToString(id[:]),
 		drainer:    newDrainer(cfg, pool, ts, vault, logger),
 		sched:      newScheduler(pool, cfg.FetchPollInterval, cfg.RefreshMin, cfg.TurnSlice, runners, cfg.Database, logger),
 		reconciler: &reconciler{pool: pool},

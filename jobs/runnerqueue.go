@@ -55,15 +55,15 @@ func (r *Runner) heartbeat(ctx context.Context) error {
 	return err
 }
 
-// sweepRunnerQueues deletes the runner queues not refreshed for $1 and
-// their jobs, and the runner jobs of queues that have no row (removed by
+// sweepRunnerQueues deletes the runner queues (names LIKE $2) not
+// refreshed for $1 milliseconds and their jobs, and the runner jobs of queues that have no row (removed by
 // River's queue cleaner, or left by a stop cut short); it returns how many
 // of each. A heartbeat racing with it waits for the queue row and wins:
 // the row, updated, no longer matches.
 const sweepRunnerQueues = `
 WITH gone AS (
     DELETE FROM ordo.river_queue q
-    WHERE q.name LIKE 'ordo-run-%' AND q.updated_at < now() - $1::float8 * interval '1 millisecond'
+    WHERE q.name LIKE $2 AND q.updated_at < now() - $1::float8 * interval '1 millisecond'
     RETURNING q.name
 ), jobs AS (
     DELETE FROM ordo.river_job j
@@ -81,7 +81,7 @@ func (r *Runner) sweepRunners(ctx context.Context) error {
 		return nil // everyone may have been cut off: not heard from is not gone
 	}
 	var queues, jobs int
-	if err := r.pool.QueryRow(ctx, sweepRunnerQueues, float64(gone.Milliseconds())).Scan(&queues, &jobs); err != nil {
+	if err := r.pool.QueryRow(ctx, sweepRunnerQueues, float64(gone.Milliseconds()), runnerQueuePrefix+"%").Scan(&queues, &jobs); err != nil {
 		return err
 	}
 	if queues > 0 || jobs > 0 {
