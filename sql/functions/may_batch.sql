@@ -3,7 +3,7 @@
 -- its turn. The tenant is not paused, not paced (send_rate 0), has no pair
 -- gap and no concurrency cap, and its number is not throttled; anything
 -- else is the per-conversation drain's (ordo.reserve_send). Checked when a
--- batch is claimed (ordo.claim_batch) and again before each round starts
+-- batch is claimed (ordo.claim) and again before each round starts
 -- its conversations' next messages (ordo.finish_batch): Meta may pause the
 -- tenant or throttle the number, or an operator change it, while a batch
 -- runs.
