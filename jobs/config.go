@@ -4,6 +4,15 @@
 // conversation's advisory lock, fences every write, and runs each message's
 // steps (call the tenant's handler, send each reply) in seq order through
 // the WhatsApp channel.
+//
+// River hosts the workers and runs what is River-shaped: the runner jobs on
+// a queue per process (runnerqueue.go: refreshed while the process lives,
+// removed at its stop, swept when it is gone), event deliveries, and the
+// periodic jobs (maintenance.go: pruning, reconciling, event dispatch, the
+// runner sweep) on the shared queue, inserted by River's leader. Which
+// conversation runs next is ordo's: the ready set and the fair scheduler
+// (jobs/fair), which River's queues cannot express (weights, caps across
+// processes, one message at a time per conversation).
 package jobs
 
 import (
