@@ -210,7 +210,7 @@ func (r *Runner) keepRunners(ctx context.Context) {
 			err = r.addRunners(ctx)
 		}
 		if err != nil && ctx.Err() == nil && !r.cfg.Database.Report(err, ordosql.Unavailable) {
-			r.logger.WarnContext(ctx, "start runner jobs", slog.String("error", err.Error()))
+			r.logger.WarnContext(ctx, "keep the runner jobs", slog.String("error", err.Error()))
 		}
 		select {
 		case <-ctx.Done():

@@ -25,6 +25,7 @@ package jobs
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -52,7 +53,10 @@ func (r *Runner) heartbeat(ctx context.Context) error {
 		Name:     r.queue,
 		Schema:   riverSchema,
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("refresh the runner queue: %w", err)
+	}
+	return nil
 }
 
 // sweepRunnerQueues deletes the runner queues (names LIKE $2) not
