@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -115,9 +117,11 @@ func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 		// No API: the probes and /metrics only.
 		srv.Handler = api.ProbeHandler()
 	}
-	// Served at once, database or not: /healthz says the process is up and
-	// /readyz says the database is not there yet (503, as the API's
-	// requests meanwhile, with Retry-After).
+	// Served at once, database or not: /healthz says the process is up,
+	// /readyz answers 503 until the start is over (the database there, the
+	// workers started), the API's requests meanwhile 503 with Retry-After.
+	var started atomic.Bool
+	srv.Handler = untilStarted(&started, srv.Handler)
 	serveCh := make(chan error, 1)
 	go func() { serveCh <- srv.Serve(ln) }()
 	log.Info("serving", slog.String("addr", ln.Addr().String()))
@@ -156,6 +160,7 @@ func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 			cfg.Ready(ln.Addr().String())
 		}
 	}
+	started.Store(true)
 
 	select {
 	case <-ctx.Done():
@@ -175,4 +180,19 @@ func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 	}
 	log.Info("stopped")
 	return errors.Join(errs...)
+}
+
+// untilStarted answers /readyz 503 until started is set, and passes
+// everything else to next: a probe that sees the process ready sees it
+// whole, workers running and Ready called (ordo dev's banner printed).
+func untilStarted(started *atomic.Bool, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !started.Load() && r.URL.Path == "/readyz" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"status":"starting"}` + "\n"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
