@@ -147,7 +147,7 @@ SELECT u.fence, u.head_seq, u.last_seq, u.halted, u.tenant_id, u.conversation_id
        t.slug, t.name, COALESCE(t.handler_url, ''), t.on_dead_letter, t.ambiguous, t.max_attempts,
        t.send_rate, t.pair_gap_ms, t.sending_paused_at, COALESCE(t.sending_paused_reason, ''), t.created_at,
        t.handler_mode, t.handler_timeout_ms, t.reply_deadline_ms, COALESCE(t.events_url, ''), t.weight, t.max_concurrency,
-       t.handler_down_since, t.handler_outage_limit_ms,
+       t.handler_down_since, t.handler_outage_limit_ms, t.number_down_since,
        cr.updated_at,
        CASE WHEN u.fence IS NOT NULL THEN set_config('ordo.fence', u.fence::text, true) END
 FROM (SELECT 1) one LEFT JOIN u ON true
@@ -196,6 +196,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 		maxConc *int
 		hDown   *time.Time
 		hLimit  *int64
+		nDown   *time.Time
 	)
 	var relTenant *int64
 	var relSlot *int
@@ -218,7 +219,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 	b.Queue(openQuery, lease).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&fence, &head, &last, &halted, &tenant, &convID,
 			&slug, &name, &handler, &onDead, &ambig, &maxAtt, &rate, &gap, &paused, &reason, &created,
-			&mode, &hto, &rdl, &events, &weight, &maxConc, &hDown, &hLimit, &st.credentialAt, nil)
+			&mode, &hto, &rdl, &events, &weight, &maxConc, &hDown, &hLimit, &nDown, &st.credentialAt, nil)
 	})
 	// The first message is read — and its first step started, when it can —
 	// in the same round trip and transaction.
@@ -249,7 +250,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 		st.tenant = tenants.Tenant{ID: *tenant, Slug: *slug, Name: *name, HandlerURL: *handler, OnDeadLetter: *onDead, Ambiguous: *ambig,
 			MaxAttempts: *maxAtt, SendRate: *rate, PairGapMS: *gap, SendingPausedAt: paused, SendingPausedReason: *reason, CreatedAt: *created,
 			HandlerMode: *mode, HandlerTimeoutMS: *hto, ReplyDeadlineMS: *rdl, EventsURL: *events, Weight: *weight, MaxConcurrency: *maxConc,
-			HandlerDownSince: hDown, HandlerOutageLimitMS: *hLimit}
+			HandlerDownSince: hDown, HandlerOutageLimitMS: *hLimit, NumberDownSince: nDown}
 	}
 	return s, st, true, nil
 }
