@@ -40,7 +40,7 @@ import (
 // dependencies) the number's failures count as attempts again.
 
 const (
-	numberFailedQuery = `SELECT verdict, went_down, wait FROM ordo.number_failed($1, $2, $3, $4, $5, $6, $7, NULL)`
+	numberFailedQuery = `SELECT verdict, went_down, wait FROM ordo.number_failed($1, $2, $3, $4, $5, $6, $7, $8, NULL)`
 	numberProbeQuery  = `SELECT go, wait FROM ordo.number_probe($1, make_interval(secs => $2::float8 / 1000))`
 	numberBackQuery   = `SELECT ordo.number_back($1)`
 	// markNumberWait marks the conversation as waiting for its tenant's
@@ -67,6 +67,9 @@ func (r *run) numberOutage() bool {
 // the number is back meanwhile) and may send; otherwise st gets its attempt
 // back and the conversation waits for the number, holding nothing.
 func (r *run) probeNumber(ctx context.Context, st *step) (out outcome, ok bool, err error) {
+	if r.probingNumber {
+		return outcome{}, true, nil // its probe went without an answer about the number: still this run's
+	}
 	var (
 		probe bool
 		wait  *time.Duration
@@ -106,7 +109,7 @@ func (r *run) numberFailed(ctx context.Context, st *step, f *failure, entry []by
 	// The tenant row in a transaction of its own, before the conversation's
 	// (sql/LOCKING.md).
 	r.s.touch()
-	if err := r.s.conn.QueryRow(ctx, numberFailedQuery, r.tenant.ID, st.id, f.msg, NumberDownSteps,
+	if err := r.s.conn.QueryRow(ctx, numberFailedQuery, r.tenant.ID, st.id, r.probingNumber, f.msg, NumberDownSteps,
 		NumberDownSpan.Milliseconds(), NumberEvidenceHorizon.Milliseconds(), NumberProbeMax.Milliseconds()).Scan(&verdict, &wentDown, &wait); err != nil {
 		return outcome{}, false, r.s.fail(fmt.Errorf("record number failure: %w", err))
 	}

@@ -244,7 +244,7 @@ func TestNumberEvidenceSQLAgrees(t *testing.T) {
 				sent = c.Sent[i]
 			}
 			var verdict string
-			if err := b.Pool.QueryRow(ctx, `SELECT verdict FROM ordo.number_failed($1, $2, 'test', $3, $4, $5, $6, $7)`,
+			if err := b.Pool.QueryRow(ctx, `SELECT verdict FROM ordo.number_failed($1, $2, false, 'test', $3, $4, $5, $6, $7)`,
 				b.Tenant.ID, step, jobs.NumberDownSteps, jobs.NumberDownSpan.Milliseconds(), jobs.NumberEvidenceHorizon.Milliseconds(),
 				jobs.NumberProbeMax.Milliseconds(), at).Scan(&verdict); err != nil {
 				t.Fatal(err)

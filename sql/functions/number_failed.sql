@@ -10,8 +10,10 @@
 --               p_min_span_ms: wait is when that span will have passed;
 --   'down'    — the number is unreachable; went_down: this call decided it
 --               (the caller logs it once); wait is the time until the next
---               probe send (1 s, 2 s, 4 s … at most p_max_ms, ±20 % jitter
---               so that processes do not probe in step).
+--               probe send. A failed probe (p_probe) doubles the time
+--               between probes (1 s, 2 s, 4 s … at most p_max_ms, ±20 %
+--               jitter so that processes do not probe in step); the failure
+--               of a drain that did not know the number was down leaves it.
 -- The evidence (number_fail_steps, _since, _sent) is the model
 -- jobs.numberEvidence carried out on the tenant row, so that every process
 -- sees it: the distinct steps that failed since number_fail_since, void
@@ -23,7 +25,7 @@
 -- Locks: the tenant row only (sql/LOCKING.md level 1), in a transaction of
 -- its own, before the caller's conversation write; the counters are read
 -- without a lock.
-CREATE OR REPLACE FUNCTION ordo.number_failed(p_tenant bigint, p_step bigint, p_reason text,
+CREATE OR REPLACE FUNCTION ordo.number_failed(p_tenant bigint, p_step bigint, p_probe boolean, p_reason text,
     p_min_steps int, p_min_span_ms bigint, p_horizon_ms bigint, p_max_ms bigint, p_at timestamptz,
     OUT verdict text, OUT went_down boolean, OUT wait interval)
 LANGUAGE plpgsql AS $$
@@ -45,8 +47,13 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    IF v_down IS NOT NULL THEN
-        -- Down already: a probe (or a drain that did not know yet) failed.
+    IF v_down IS NOT NULL AND NOT p_probe THEN
+        -- Down already, and this drain did not know: the probes' pace stays.
+        SELECT greatest(t.number_probe_at - v_now, interval '0') INTO wait FROM ordo.tenants t WHERE t.id = p_tenant;
+        verdict := 'down';
+        RETURN;
+    ELSIF v_down IS NOT NULL THEN
+        -- A probe failed.
         UPDATE ordo.tenants t SET
             number_down_reason = p_reason,
             number_down_probes = t.number_down_probes + 1,
