@@ -28,12 +28,17 @@ import (
 // While unreachable, a drain about to send that does not get the probe
 // gives back its attempt, marks its conversation number_wait and parks it
 // until the probe time: it holds no worker and burns no attempt. What a
-// failed send does to its own step keeps its meaning: a refused connection
-// (never reached Meta) or a 5xx answer gives the attempt back while the
-// number is down — the 5xx still recorded as ambiguous (status unknown,
-// counted), so the tenant's reconcile|resend policy settles it before any
-// resend — and a timeout (the request went out) is settled exactly as
-// before, its attempt counted: it only adds evidence. Meta's pause and
+// failed send does to its own step: a refused connection (never reached
+// Meta) or a 5xx answer while the number is down gives the attempt back,
+// the step pending again — with Meta's service away for several messages
+// over seconds, its 5xx says the request was not taken, and a probe that
+// waited out the tenant's ReconcileWait first would hold every waiting
+// conversation that long. Before the number is down (the evidence only
+// suspects it) a 5xx keeps its meaning: status unknown, counted, settled
+// by the tenant's reconcile|resend policy; only its last attempt is kept
+// back until the evidence decides. A timeout (the request went out) is
+// settled exactly as before, its attempt counted: it only adds evidence.
+// Meta's pause and
 // throttle answers (actPause, actThrottle) are answers, not outages: they
 // bring a down number back and are handled as they always were. Past the
 // tenant's handler_outage_limit_ms (one outage limit for both
@@ -46,8 +51,9 @@ const (
 	// markNumberWait marks the conversation as waiting for its tenant's
 	// number (ordo.number_back wakes those).
 	markNumberWait = `UPDATE ordo.conversations SET number_wait = true WHERE id = $1 AND fence = $2`
-	// keepUnknown records a 5xx answer to a send while the number is away:
-	// ambiguous as ever (status unknown, counted), its attempt given back.
+	// keepUnknown records a 5xx answer to a send while the number is only
+	// suspected away: ambiguous as ever (status unknown, counted), its
+	// attempt given back.
 	keepUnknown = `
 UPDATE ordo.steps SET status = 'unknown', attempts = greatest(attempts - 1, 0),
     ambiguous_count = ambiguous_count + 1, errors = errors || $2::jsonb
@@ -134,8 +140,10 @@ func (r *run) numberFailed(ctx context.Context, st *step, f *failure, entry []by
 		delay = max(*wait, 0)
 	}
 	give := unstartStep
-	if f.reach == whatsapp.ServerError {
+	if f.reach == whatsapp.ServerError && v == verdictSuspect {
 		give = keepUnknown
+	} else {
+		entry = errorEntry(st.attempts, f.msg, "number_unreachable") // not an ambiguous send: not taken
 	}
 	out, err = r.waitForNumber(ctx, st, give, entry, delay)
 	return out, true, err
