@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ordo-dev/ordo/jobs/fair"
 	"github.com/ordo-dev/ordo/jobs/metrics"
 	"github.com/ordo-dev/ordo/jobs/whatsapp"
 	"github.com/ordo-dev/ordo/tenants"
@@ -23,7 +24,7 @@ import (
 // costs river-plain (issue 11, `make bench` spread). A runner whose turn
 // falls on an unpaced, uncapped tenant therefore first claims up to
 // Config.BatchSize of its due conversations whose next message is an
-// outbound one not started yet, in one statement (ordo.claim_batch: their
+// outbound one not started yet, in one statement (ordo.claim: their
 // locks, fences, ready rows and send steps), sends those messages at once,
 // and records the round in one statement (ordo.finish_batch), which starts
 // each conversation's next message for the next round — each write behind
@@ -32,27 +33,21 @@ import (
 // one conversation at a time by the drain's own code, on the same
 // connection, which holds their locks. A conversation whose next message
 // needs a full drain (inbound, a retry) is released due at once, and
-// ordo.claim_batch stops at the first such conversation of the tenant, so
+// ordo.claim stops at the first such conversation of the tenant, so
 // the tenant's order of due conversations holds; paced, paused and capped
 // tenants go through the per-conversation drain.
 
-// batchClaimQuery claims a batch (ordo.claim_batch). It goes first in a
-// claim's round trip (claimAndOpen); the one-conversation claim after it
-// claims nothing when it found a batch.
-const batchClaimQuery = `
-SELECT conv, fence, conversation_id, message_pk, message_id, seq, payload, step_id, credential_at, more
-FROM ordo.claim_batch($1, $2, $3, $4, $5)`
-
-// finishBatchQuery records a batch's successful sends (ordo.finish_batch).
+// finishBatchQuery records a batch's successful sends (ordo.finish_batch)
+// and says how many conversations a refill may claim.
 const finishBatchQuery = `
-SELECT conv, finished, since_accepted, next_message_pk, next_message_id, next_seq, next_payload, next_step_id
+SELECT conv, finished, since_accepted, next_message_pk, next_message_id, next_seq, next_payload, next_step_id, refill
 FROM ordo.finish_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 
 // endBatchQuery ends a batch's lease once its last conversations were ended
 // one at a time.
-const endBatchQuery = `SELECT set_config('ordo.batch_lease', '', false), set_config('idle_session_timeout', '0', false)`
+const endBatchQuery = `SELECT ordo.drain_lease(0)`
 
-// batch is what one ordo.claim_batch took: conversations of one tenant,
+// batch is what one ordo.claim took: conversations of one tenant,
 // each with its next message's send step started.
 type batch struct {
 	tenant       int64
@@ -81,31 +76,6 @@ func startedSend(conv, fence int64, conversationID string, m message, stepID int
 	m.direction = "outbound"
 	return batchConv{conv: conv, fence: fence, conversationID: conversationID, m: m,
 		st: step{id: stepID, kind: "send", status: "running", request: m.payload, attempts: 1, started: true}}
-}
-
-// queue adds the batch's claim to a claim's round trip. A b.max of 0 asks
-// for as many as the round recorded before it in the same transaction
-// leaves (a refill: ordo.finish_batch).
-func (b *batch) queue(pb *pgx.Batch, lease int64, phone *string) {
-	var max *int
-	if b.max > 0 {
-		max = &b.max
-	}
-	pb.Queue(batchClaimQuery, lockNamespace, b.tenant, max, lease, phone).Query(func(rows pgx.Rows) error {
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				conv, fence, stepID int64
-				convID              string
-				m                   message
-			)
-			if err := rows.Scan(&conv, &fence, &convID, &m.pk, &m.id, &m.seq, &m.payload, &stepID, &b.credentialAt, &b.more); err != nil {
-				return err
-			}
-			b.convs = append(b.convs, startedSend(conv, fence, convID, m, stepID))
-		}
-		return rows.Err()
-	})
 }
 
 // drainBatch drains b's conversations in rounds: each round sends one
@@ -140,7 +110,7 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 	if !haveCred {
 		// Changed since it was cached: read once for the batch. A problem
 		// with it is the drain's to settle (it pauses the tenant's sending).
-		c, problem, err := (&run{d: d, tenant: tenants.Tenant{ID: b.tenant}}).loadCredential(ctx)
+		c, problem, err := (&run{d: d, tenant: tenants.Tenant{ID: b.tenant}, on: conn}).loadCredential(ctx)
 		if err == nil && problem == "" {
 			d.creds.put(b.tenant, b.credentialAt, c)
 			cred, haveCred = c, true
@@ -295,10 +265,10 @@ func (r *Runner) sendRound(ctx context.Context, active []batchConv, cred *whatsa
 // batch's lease. ok false: the connection is in an unknown state. A send it
 // did not record is left for endAlone.
 //
-// With refill, the same round trip claims as many of the tenant's
-// conversations as leave the batch (ordo.claim_batch after
-// ordo.finish_batch, one transaction): the batch stays full while the run
-// goes on, instead of its room going to claims of one.
+// With refill, the same write claims as many of the tenant's
+// conversations as leave the batch (ordo.finish_batch through ordo.claim):
+// the batch stays full while the run goes on, instead of its room going to
+// claims of one.
 //
 // held is the room the batch holds for the conversations the write records
 // (its own and vacant room): a refill takes the room of those that leave,
@@ -326,8 +296,9 @@ func (r *Runner) finishRound(ctx context.Context, conn *pgxpool.Conn, active []b
 	}
 	last := len(convs) == n // no failure to end alone after this write
 	pb := &pgx.Batch{}
-	recorded := 0
-	pb.Queue(finishBatchQuery, lockNamespace, convs, fences, steps, msgs, seqs, pids, goOn, last, held, cred.PhoneNumberID).Query(func(rows pgx.Rows) error {
+	recorded, room := 0, 0
+	lease := d.cfg.Lease.Milliseconds()
+	pb.Queue(finishBatchQuery, convs, fences, steps, msgs, seqs, pids, goOn, last, lease, held, cred.PhoneNumberID).Query(func(rows pgx.Rows) error {
 		var (
 			conv  int64
 			since time.Duration
@@ -338,7 +309,7 @@ func (r *Runner) finishRound(ctx context.Context, conn *pgxpool.Conn, active []b
 			}
 		)
 		// finished (caught up) is not needed here: the write ended those.
-		_, err := pgx.ForEachRow(rows, []any{&conv, nil, &since, &nm.pk, &nm.id, &nm.seq, &nm.payload, &nm.step}, func() error {
+		_, err := pgx.ForEachRow(rows, []any{&conv, nil, &since, &nm.pk, &nm.id, &nm.seq, &nm.payload, &nm.step, &room}, func() error {
 			c := byConv[conv]
 			if c == nil {
 				return fmt.Errorf("batch: finish returned conversation %d, not in the round", conv)
@@ -355,10 +326,22 @@ func (r *Runner) finishRound(ctx context.Context, conn *pgxpool.Conn, active []b
 		})
 		return err
 	})
-	if refill != nil {
-		refill.queue(pb, d.cfg.Lease.Milliseconds(), &cred.PhoneNumberID)
-	}
 	err := conn.SendBatch(ctx, pb).Close()
+	if err == nil && refill != nil && room > 0 {
+		// The room the round freed, once worth a claim: more of the
+		// tenant's conversations join the batch (never one alone).
+		refill.max = room
+		_, _, err = claimAndOpen(ctx, conn, fair.Turn{Tenant: refill.tenant}, lease, &cred.PhoneNumberID, nil, refill, false)
+		if err != nil {
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) {
+				d.logger.WarnContext(ctx, "batch: refill", slog.String("error", err.Error()))
+				return nil, false, false
+			}
+			refill.convs = nil
+			err = nil
+		}
+	}
 	if err != nil {
 		if refill != nil {
 			refill.convs = nil
@@ -381,11 +364,13 @@ func (r *Runner) finishRound(ctx context.Context, conn *pgxpool.Conn, active []b
 // send that failed is recorded as a failure (retry, dead letter, pause), one
 // that succeeded but was not recorded with the batch is finished alone, and
 // one never sent (no usable credential) is drained from its started step.
-// The batch's lease (ordo.batch_lease) covers it meanwhile. cred is the
+// The batch's lease covers it meanwhile. cred is the
 // batch's credential (nil: it could not be read).
 func (r *Runner) endAlone(ctx, rctx context.Context, conn *pgxpool.Conn, b *batch, c *batchConv, t tenants.Tenant, cred *whatsapp.Credential, name string) bool {
 	d := r.drainer
-	s := &session{conn: conn, conv: c.conv, fence: c.fence, lease: d.cfg.Lease, heard: time.Now()}
+	// Letting c go leaves the batch's lease on the connection, which may
+	// hold others of the batch still.
+	s := &session{conn: conn, conv: c.conv, fence: c.fence, lease: d.cfg.Lease, after: d.cfg.Lease.Milliseconds(), heard: time.Now()}
 	// The lease restarts with this statement, heard just before it.
 	if _, err := conn.Exec(rctx, refreshQuery, c.conv, c.fence); err != nil {
 		if err = s.written(err); errors.Is(err, ErrFenced) {
@@ -396,7 +381,7 @@ func (r *Runner) endAlone(ctx, rctx context.Context, conn *pgxpool.Conn, b *batc
 	if !c.sent {
 		st := convState{fence: c.fence, headSeq: c.m.seq - 1, tenantID: b.tenant, conversationID: c.conversationID,
 			tenant: t, credentialAt: b.credentialAt, next: c.m, nextSteps: []step{c.st}}
-		return r.drainClaimed(ctx, s, st, true, name)
+		return r.drainClaimed(ctx, s, st, name)
 	}
 	run := &run{d: d, s: s, tenant: t, conversationID: c.conversationID, credentialAt: b.credentialAt, cred: cred,
 		log: d.logger.With(slog.Int64("conversation", c.conv), slog.String("runner", name), slog.Int64("fence", c.fence))}

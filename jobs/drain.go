@@ -202,11 +202,6 @@ ORDER BY s.idx`
 // round trip of the previous message's last write.
 const nextStepQuery = `SELECT * FROM ordo.next_step($1, $2, $3, $4, $5)`
 
-// firstQuery is nextStepQuery in takeover mode (no fence, head or tenant:
-// ordo.next_step takes them from the takeover that precedes it in the same
-// transaction, and reads nothing when the claim before it found nothing).
-const firstQuery = `SELECT * FROM ordo.next_step(nullif(current_setting('ordo.claimed', true), '')::bigint, NULL, NULL, NULL, $1)`
-
 // next returns the message after head and its steps (pgx.ErrNoRows: none).
 func (r *run) next(ctx context.Context, head int64) (message, []step, error) {
 	r.s.touch()

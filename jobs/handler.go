@@ -138,7 +138,7 @@ func (r *run) timedOut(ctx context.Context) error {
 	// its own. Unread, the safe side is not to call again.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	if retry, err := r.d.tenants.RetryTimeouts(ctx, r.tenant.ID); err == nil && retry {
+	if retry, err := r.d.tenants.RetryTimeouts(ctx, r.conn(), r.tenant.ID); err == nil && retry {
 		return &failure{silent: true, msg: msg + " (called again: --retry-timeouts is set)"}
 	}
 	return &failure{silent: true, msg: msg + "; not called again (`ordo tenant update --retry-timeouts` retries a workflow that is safe to run twice)", action: actDeadLetter}
@@ -161,14 +161,14 @@ func (r *run) loadHandlerSecrets(ctx context.Context) error {
 	if r.secret != nil {
 		return nil
 	}
-	secret, err := r.d.tenants.HandlerSecret(ctx, r.tenant.ID)
+	secret, err := r.d.tenants.HandlerSecretOn(ctx, r.conn(), r.tenant.ID)
 	if errors.Is(err, tenants.ErrNotFound) || errors.Is(err, tenants.ErrUnreadable) {
 		return &failure{msg: "handler secret cannot be read (set it again with `ordo tenant update`, or check ORDO_MASTER_KEYS)", action: actPause}
 	}
 	if err != nil {
 		return fmt.Errorf("load handler secret: %w", err)
 	}
-	auth, err := r.d.tenants.HandlerAuth(ctx, r.tenant.ID)
+	auth, err := r.d.tenants.HandlerAuthOn(ctx, r.conn(), r.tenant.ID)
 	if errors.Is(err, tenants.ErrUnreadable) {
 		return &failure{msg: "handler auth cannot be read (set it again with `ordo credential set --name " + tenants.HandlerAuthCredential + "`, or check ORDO_MASTER_KEYS)", action: actPause}
 	}

@@ -12,6 +12,10 @@ import (
 	ordosql "github.com/ordo-dev/ordo/sql"
 )
 
+// lockNamespace is the first key of the drains' conversation locks
+// (ordo.drain_key): "ordo" in ASCII.
+const lockNamespace = 0x6f72646f
+
 // pruneLockKey is the second key of the advisory lock the pruner takes (the
 // first is lockNamespace): the lock's objsubid is 2 like a conversation's,
 // and no conversation id is negative, so the two never meet.

@@ -344,7 +344,7 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 			bt = &batch{tenant: t.Tenant, max: room}
 		}
 		claimed := time.Now()
-		s, st, found, err := claimAndOpen(ctx, conn, t, d.cfg.Lease.Milliseconds(), phone, held, bt)
+		s, st, err := claimAndOpen(ctx, conn, t, d.cfg.Lease.Milliseconds(), phone, held, bt, true)
 		if err != nil {
 			// The batch failed: what it locked is unknown, so the
 			// connection (and every lock on it) goes.
@@ -379,12 +379,12 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 		if s == nil {
 			r.room.give(1)
 			r.claimsEmpty.Add(1)
-			r.sched.missed(t.Tenant)
+			r.sched.missed(t.Tenant, claimed)
 			continue
 		}
 		r.sched.passOn(t.Tenant, st.more)
 		held = s.slot
-		usable := r.drainClaimed(ctx, s, st, found, name)
+		usable := r.drainClaimed(ctx, s, st, name)
 		r.room.give(1)
 		if !usable {
 			held = nil
@@ -490,12 +490,8 @@ const releaseSlot = `SELECT pg_advisory_unlock(-1 - $1::int, $2::int)`
 
 // drainClaimed drains what s claimed and ends the session; false when the
 // connection cannot be used again.
-func (r *Runner) drainClaimed(ctx context.Context, s *session, st convState, found bool, name string) bool {
-	d := r.drainer
-	if !found {
-		return s.close() // conversation deleted meanwhile
-	}
-	end, err := d.drain(ctx, s, st, name)
+func (r *Runner) drainClaimed(ctx context.Context, s *session, st convState, name string) bool {
+	end, err := r.drainer.drain(ctx, s, st, name)
 	return r.end(ctx, s, end, err)
 }
 

@@ -209,11 +209,11 @@ func (s *scheduler) pick(ctx context.Context) (t fair.Turn, ok bool) {
 	return t, d == fair.Go
 }
 
-// missed: tenant had nothing to claim.
-func (s *scheduler) missed(tenant int64) {
+// missed: tenant had nothing to claim, for a claim asked at asked.
+func (s *scheduler) missed(tenant int64, asked time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.m.Missed(time.Now(), tenant)
+	s.m.Missed(time.Now(), tenant, asked)
 }
 
 // refresh reads the ready set's summary into the model. Called with mu

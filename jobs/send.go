@@ -75,7 +75,9 @@ func (r *run) prepareSend(ctx context.Context, started *step) (out outcome, ok b
 // loadCredential reads the tenant's whatsapp credential; problem says why it
 // cannot send with it.
 func (r *run) loadCredential(ctx context.Context) (cred whatsapp.Credential, problem string, err error) {
-	raw, err := r.d.vault.Get(ctx, r.tenant.ID, "whatsapp")
+	// On the drain's own connection, which it holds anyway: waiting for a
+	// pool connection here starved drains under load.
+	raw, err := r.d.vault.GetOn(ctx, r.conn(), r.tenant.ID, "whatsapp")
 	if errors.Is(err, tenants.ErrNotFound) {
 		if sc := r.d.cfg.SandboxCredential; sc != nil {
 			return *sc, "", nil // ordo dev: the sandbox stands in
@@ -97,6 +99,20 @@ func (r *run) loadCredential(ctx context.Context) (cred whatsapp.Credential, pro
 		return cred, err.Error(), nil
 	}
 	return cred, "", nil
+}
+
+// conn is the connection the run reads on: its session's, which holds its
+// conversation (a statement there also renews the lease), or, for a batch's
+// read before any session, the batch's (run.on).
+func (r *run) conn() tenants.Querier {
+	if r.s != nil {
+		r.s.touch()
+		return r.s.conn
+	}
+	if r.on != nil {
+		return r.on
+	}
+	return r.d.pool
 }
 
 // send delivers a send step through the WhatsApp Cloud API with the tenant's

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,10 +14,6 @@ import (
 	ordosql "github.com/ordo-dev/ordo/sql"
 	"github.com/ordo-dev/ordo/tenants"
 )
-
-// lockNamespace is the first key of every conversation advisory lock
-// ("ordo"), keeping them apart from River's and an application's own locks.
-const lockNamespace = 0x6f72646f
 
 // ErrFenced is returned by a write of a drain that lost its conversation: a
 // newer drain took over (bumped the fence) and the write was rolled back.
@@ -45,6 +40,10 @@ type session struct {
 	unlocked bool
 	// slot is the tenant's concurrency slot this drain holds (nil: none).
 	slot *slotHold
+	// after is the lease the session keeps when this drain lets its
+	// conversation go (milliseconds): 0 alone, the batch's while the
+	// connection still holds others of a batch (batch.go).
+	after int64
 	// lease is the connection's idle_session_timeout; heard is when the
 	// drain last sent a statement on the connection. Postgres restarts the
 	// idle timer when that statement ends, later than heard, so heard+lease
@@ -77,7 +76,7 @@ const refreshQuery = `SELECT ordo.check_fence($1, $2)`
 // worker dead — claims it before the call could have ended. Conversation
 // row (the fence) first, then the ready row: sql/LOCKING.md.
 const (
-	stretchQuery      = `SELECT ordo.check_fence($1, $2), set_config('idle_session_timeout', $3, false)`
+	stretchQuery      = `SELECT ordo.check_fence($1, $2), ordo.drain_lease($3)`
 	stretchReadyQuery = `UPDATE ordo.ready SET due_at = greatest(due_at, now() + make_interval(secs => $2::float8 / 1000)) WHERE conversation_pk = $1`
 )
 
@@ -95,7 +94,7 @@ func (s *session) callContext(ctx context.Context, timeout time.Duration) (conte
 	if s.leaseLeft() < timeout {
 		if need := leaseFor(timeout); need > s.lease {
 			b := &pgx.Batch{}
-			b.Queue(stretchQuery, s.conv, s.fence, strconv.FormatInt(need.Milliseconds(), 10))
+			b.Queue(stretchQuery, s.conv, s.fence, need.Milliseconds())
 			b.Queue(stretchReadyQuery, s.conv, need.Milliseconds())
 			if err := s.send(ctx, b); err != nil {
 				return nil, nil, fmt.Errorf("lengthen lease: %w", err)
@@ -116,143 +115,148 @@ func (s *session) callContext(ctx context.Context, timeout time.Duration) (conte
 	return cctx, cancel, nil
 }
 
-const unlockQuery = `SELECT pg_advisory_unlock($1::int, ($2 % 2147483647)::int), set_config('idle_session_timeout', coalesce(nullif(current_setting('ordo.batch_lease', true), ''), '0'), false)`
+const unlockQuery = `SELECT ordo.drain_unlock($1, $2)`
 
-// claimQuery claims the due conversation of a tenant that has waited longest
-// (ordo.claim_conversation: the conversation's lock, and a concurrency slot
-// when the tenant has a cap), releasing the slot of the runner's previous
-// drain first; openQuery and firstQuery follow in the same round trip and
-// transaction. The claimed conversation reaches them through the
-// transaction-local setting ordo.claimed.
-const claimQuery = `SELECT conv, slot, more FROM ordo.claim_conversation($1, $2, $3, $4, $5, $6)`
-
-// openQuery takes the claimed conversation over — bumps the fence under FOR
-// UPDATE, marks its ready row running and due again after the lease (a drain
-// that dies is claimed again then) — and reads the tenant and the stamp of
-// its WhatsApp credential; firstQuery follows in the same round trip: one
-// where there were seven (claim, lock, takeover, tenant, credential, first
-// message, its start). The new fence is left in the transaction-local
-// setting ordo.fence for firstQuery. Row locks in the order of
-// sql/LOCKING.md: conversation, then ready row.
-const openQuery = `
-WITH cv AS MATERIALIZED (SELECT nullif(current_setting('ordo.claimed', true), '')::bigint AS id),
-l AS (SELECT c.id FROM ordo.conversations c, cv WHERE c.id = cv.id FOR UPDATE OF c),
-u AS (
-    UPDATE ordo.conversations c SET fence = c.fence + 1 FROM l WHERE c.id = l.id
-    RETURNING c.id, c.fence, c.head_seq, c.last_seq, c.halted_at IS NOT NULL AS halted, c.tenant_id, c.conversation_id),
-rd AS (
-    UPDATE ordo.ready r SET due_at = now() + make_interval(secs => $1::float8 / 1000), running = true, woken = false
-    FROM u WHERE r.conversation_pk = u.id)
-SELECT u.fence, u.head_seq, u.last_seq, u.halted, u.tenant_id, u.conversation_id,
-       t.slug, t.name, COALESCE(t.handler_url, ''), t.on_dead_letter, t.ambiguous, t.max_attempts,
+// claimQuery is the one claim (ordo.claim): tenant t's due conversations,
+// taken over — a batch whose next messages are sends it started, or one
+// conversation alone with its next message read and its first step started
+// when it may start — releasing the slot of the runner's previous drain
+// first. tenantQuery follows in the same round trip: the tenant's settings
+// for a drain alone. One round trip where there were seven (claim, lock,
+// takeover, tenant, credential, first message, its start).
+const (
+	claimQuery = `
+SELECT conv, fence, conversation_id, head_seq, last_seq, halted, slot, more, batched, credential_at,
+       message_pk, message_id, seq, direction, payload,
+       step_id, step_idx, step_kind, step_status, step_request, step_attempts, since_start, provider_status, provider_message_id, started
+FROM ordo.claim($1, $2, $3, $4, $5, $6, $7, $8)`
+	tenantQuery = `
+SELECT t.slug, t.name, COALESCE(t.handler_url, ''), t.on_dead_letter, t.ambiguous, t.max_attempts,
        t.send_rate, t.pair_gap_ms, t.sending_paused_at, COALESCE(t.sending_paused_reason, ''), t.created_at,
        t.handler_mode, t.handler_timeout_ms, t.reply_deadline_ms, COALESCE(t.events_url, ''), t.weight, t.max_concurrency,
-       t.handler_down_since, t.handler_outage_limit_ms, t.number_down_since,
-       cr.updated_at,
-       CASE WHEN u.fence IS NOT NULL THEN set_config('ordo.fence', u.fence::text, true) END
-FROM (SELECT 1) one LEFT JOIN u ON true
-LEFT JOIN ordo.tenants t ON t.id = u.tenant_id
-LEFT JOIN ordo.credentials cr ON cr.tenant_id = u.tenant_id AND cr.name = 'whatsapp'`
+       t.handler_down_since, t.handler_outage_limit_ms, t.number_down_since
+FROM ordo.tenants t WHERE t.id = $1`
+)
 
-// slotHold is a tenant concurrency slot a runner holds (ordo.claim_conversation).
+// slotHold is a tenant concurrency slot a runner holds (ordo.claim).
 type slotHold struct {
 	tenant int64
 	slot   int
 }
 
-// claimAndOpen claims tenant t's next due conversation on conn and takes it
-// over, in one round trip; release (may be nil) is the slot of the runner's
-// previous drain, given back first. It returns a nil session when there was
-// nothing to claim. A session whose conversation is gone (deleted with its
-// tenant, or purged) comes back with found false: close it. With bt, a
-// batch of quiet conversations is claimed first (batch.go); when bt.convs
-// comes back non-empty, no session does.
-func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease int64, phone *string, release *slotHold, bt *batch) (s *session, st convState, found bool, err error) {
-	var (
-		conv    *int64
-		slot    *int
-		fence   *int64
-		head    *int64
-		last    *int64
-		halted  *bool
-		tenant  *int64
-		convID  *string
-		slug    *string
-		name    *string
-		handler *string
-		onDead  *string
-		ambig   *string
-		maxAtt  *int
-		rate    *int
-		gap     *int
-		reason  *string
-		created *time.Time
-		paused  *time.Time
-		mode    *string
-		hto     *int
-		rdl     *int
-		events  *string
-		weight  *int
-		maxConc *int
-		hDown   *time.Time
-		hLimit  *int64
-		nDown   *time.Time
-	)
+// claimAndOpen claims tenant t's next due conversations on conn and takes
+// them over, in one round trip (ordo.claim); release (may be nil) is the
+// slot of the runner's previous drain, given back first. With bt, a batch
+// of up to bt.max is claimed when the tenant's next conversations qualify
+// (batch.go): it comes back in bt.convs, and no session does. Otherwise,
+// with alone, a session of one conversation, or nil when there was nothing
+// to claim.
+func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease int64, phone *string, release *slotHold, bt *batch, alone bool) (s *session, st convState, err error) {
 	var relTenant *int64
 	var relSlot *int
 	if release != nil {
 		relTenant, relSlot = &release.tenant, &release.slot
 	}
-	b := &pgx.Batch{}
+	most := 0
 	if bt != nil {
-		bt.queue(b, lease, phone)
+		most = bt.max
 	}
-	b.Queue(claimQuery, lockNamespace, t.Tenant, t.Cap, lease, relTenant, relSlot).Query(func(rows pgx.Rows) error {
+	var (
+		conv, fence     int64
+		slot            *int
+		halted, batched bool
+		tenantFound     bool
+		m               message
+		steps           []step
+		haveMessage     bool
+	)
+	b := &pgx.Batch{}
+	b.Queue(claimQuery, t.Tenant, t.Cap, most, alone, lease, phone, relTenant, relSlot).Query(func(rows pgx.Rows) error {
 		defer rows.Close()
 		for rows.Next() {
-			if err := rows.Scan(&conv, &slot, &st.more); err != nil {
+			var (
+				r struct {
+					conv, fence, head, last int64
+					convID                  string
+					halted, more, batched   bool
+					slot                    *int
+					credAt                  *time.Time
+					mpk, mseq               *int64
+					mid, mdir               *string
+					payload                 []byte
+					stID                    *int64
+					stIdx, stAtt            *int
+					stKind, stStatus        *string
+					stReq                   []byte
+					since                   *time.Duration
+					provStatus, provID      *string
+					started                 *bool
+				}
+			)
+			if err := rows.Scan(&r.conv, &r.fence, &r.convID, &r.head, &r.last, &r.halted, &r.slot, &r.more, &r.batched, &r.credAt,
+				&r.mpk, &r.mid, &r.mseq, &r.mdir, &r.payload,
+				&r.stID, &r.stIdx, &r.stKind, &r.stStatus, &r.stReq, &r.stAtt, &r.since, &r.provStatus, &r.provID, &r.started); err != nil {
 				return err
+			}
+			if r.batched {
+				batched = true
+				bt.credentialAt, bt.more = r.credAt, r.more
+				bt.convs = append(bt.convs, startedSend(r.conv, r.fence, r.convID,
+					message{pk: *r.mpk, id: *r.mid, seq: *r.mseq, payload: r.payload}, *r.stID))
+				continue
+			}
+			// One conversation alone: a row per step of its next message.
+			conv, fence, slot, halted = r.conv, r.fence, r.slot, r.halted
+			st.fence, st.headSeq, st.lastSeq, st.halted, st.conversationID = r.fence, r.head, r.last, r.halted, r.convID
+			st.more, st.credentialAt = r.more, r.credAt
+			if r.mpk != nil {
+				haveMessage = true
+				m = message{pk: *r.mpk, id: *r.mid, seq: *r.mseq, direction: *r.mdir, payload: r.payload}
+			}
+			if r.stID != nil {
+				steps = append(steps, step{id: *r.stID, idx: *r.stIdx, kind: *r.stKind, status: *r.stStatus, request: r.stReq,
+					attempts: *r.stAtt, sinceStart: r.since, providerStatus: r.provStatus, providerID: r.provID, started: *r.started})
 			}
 		}
 		return rows.Err()
 	})
-	b.Queue(openQuery, lease).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&fence, &head, &last, &halted, &tenant, &convID,
-			&slug, &name, &handler, &onDead, &ambig, &maxAtt, &rate, &gap, &paused, &reason, &created,
-			&mode, &hto, &rdl, &events, &weight, &maxConc, &hDown, &hLimit, &nDown, &st.credentialAt, nil)
-	})
-	// The first message is read — and its first step started, when it can —
-	// in the same round trip and transaction.
-	b.Queue(firstQuery, phone).Query(func(rows pgx.Rows) error {
-		st.next, st.nextSteps, st.nextErr = scanNext(rows)
-		if errors.Is(st.nextErr, pgx.ErrNoRows) {
-			return nil
-		}
-		return st.nextErr
-	})
+	var tt tenants.Tenant
+	if alone {
+		b.Queue(tenantQuery, t.Tenant).Query(func(rows pgx.Rows) error {
+			defer rows.Close()
+			for rows.Next() {
+				tenantFound = true
+				if err := rows.Scan(&tt.Slug, &tt.Name, &tt.HandlerURL, &tt.OnDeadLetter, &tt.Ambiguous, &tt.MaxAttempts,
+					&tt.SendRate, &tt.PairGapMS, &tt.SendingPausedAt, &tt.SendingPausedReason, &tt.CreatedAt,
+					&tt.HandlerMode, &tt.HandlerTimeoutMS, &tt.ReplyDeadlineMS, &tt.EventsURL, &tt.Weight, &tt.MaxConcurrency,
+					&tt.HandlerDownSince, &tt.HandlerOutageLimitMS, &tt.NumberDownSince); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		})
+	}
 	heard := time.Now()
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return nil, st, false, fmt.Errorf("claim conversation: %w", err)
+		return nil, st, fmt.Errorf("claim conversation: %w", err)
 	}
-	if conv == nil {
-		return nil, st, false, nil
+	if batched || conv == 0 {
+		return nil, st, nil
 	}
-	s = &session{conn: conn, conv: *conv, lease: time.Duration(lease) * time.Millisecond, heard: heard}
+	s = &session{conn: conn, conv: conv, fence: fence, lease: time.Duration(lease) * time.Millisecond, heard: heard}
 	if slot != nil {
 		s.slot = &slotHold{tenant: t.Tenant, slot: *slot}
 	}
-	if fence == nil {
-		return s, st, false, nil // conversation deleted meanwhile
+	st.tenantID = t.Tenant
+	if tenantFound {
+		tt.ID = t.Tenant
+		st.tenant = tt
 	}
-	s.fence = *fence
-	st.fence, st.headSeq, st.lastSeq, st.halted, st.tenantID, st.conversationID = *fence, *head, *last, *halted, *tenant, *convID
-	if slug != nil {
-		st.tenant = tenants.Tenant{ID: *tenant, Slug: *slug, Name: *name, HandlerURL: *handler, OnDeadLetter: *onDead, Ambiguous: *ambig,
-			MaxAttempts: *maxAtt, SendRate: *rate, PairGapMS: *gap, SendingPausedAt: paused, SendingPausedReason: *reason, CreatedAt: *created,
-			HandlerMode: *mode, HandlerTimeoutMS: *hto, ReplyDeadlineMS: *rdl, EventsURL: *events, Weight: *weight, MaxConcurrency: *maxConc,
-			HandlerDownSince: hDown, HandlerOutageLimitMS: *hLimit, NumberDownSince: nDown}
+	st.nextErr = pgx.ErrNoRows
+	if haveMessage && !halted {
+		st.next, st.nextSteps, st.nextErr = m, firstSteps(m, steps), nil
 	}
-	return s, st, true, nil
+	return s, st, nil
 }
 
 // close releases the conversation's lock unless the drain's last write did,
@@ -266,23 +270,20 @@ func (s *session) close() (usable bool) {
 		return true
 	}
 	ctx := context.WithoutCancel(context.Background())
-	var (
-		ok     bool
-		ignore string
-	)
+	var ok bool
 	// ok false: the lock was not held (a fenced drain whose session Postgres
 	// ended, so this is a new connection, or a purged conversation).
-	return s.conn.QueryRow(ctx, unlockQuery, lockNamespace, s.conv).Scan(&ok, &ignore) == nil
+	return s.conn.QueryRow(ctx, unlockQuery, s.conv, s.after).Scan(&ok) == nil
 }
 
-const parkQuery = `SELECT ordo.park_conversation($1, $2, $3, make_interval(secs => $4::float8 / 1000))`
+const parkQuery = `SELECT ordo.park_conversation($1, $2, make_interval(secs => $3::float8 / 1000), $4)`
 
 // park ends the run without catching the conversation up: it is due again
 // after delay (or at once, if woken meanwhile), and its lock is released
 // with the same call.
 func (s *session) park(ctx context.Context, delay time.Duration) error {
 	var ok bool
-	if err := s.queryRow(ctx, parkQuery, []any{s.conv, s.fence, lockNamespace, delay.Milliseconds()}, &ok); err != nil {
+	if err := s.queryRow(ctx, parkQuery, []any{s.conv, s.fence, delay.Milliseconds(), s.after}, &ok); err != nil {
 		return fmt.Errorf("park conversation: %w", err)
 	}
 	s.unlocked = true
@@ -365,19 +366,16 @@ const finishQuery = `
 WITH c AS (
     SELECT id FROM ordo.conversations WHERE id = $1 AND fence = $2 AND head_seq = last_seq FOR NO KEY UPDATE),
 d AS (DELETE FROM ordo.ready r USING c WHERE r.conversation_pk = c.id)
-SELECT pg_advisory_unlock($3::int, (c.id % 2147483647)::int), set_config('idle_session_timeout', coalesce(nullif(current_setting('ordo.batch_lease', true), ''), '0'), false) FROM c`
+SELECT ordo.drain_unlock(c.id, $3) FROM c`
 
 const positionQuery = `SELECT fence, last_seq FROM ordo.conversations WHERE id = $1`
 
 // finish ends the drain if the conversation is caught up; false means a
 // message arrived and the drain must go on.
 func (s *session) finish(ctx context.Context) (bool, error) {
-	var (
-		unlocked bool
-		ignore   string
-	)
+	var unlocked bool
 	s.touch()
-	err := s.conn.QueryRow(ctx, finishQuery, s.conv, s.fence, lockNamespace).Scan(&unlocked, &ignore)
+	err := s.conn.QueryRow(ctx, finishQuery, s.conv, s.fence, s.after).Scan(&unlocked)
 	if err == nil {
 		s.unlocked = unlocked
 		return true, nil

@@ -56,6 +56,9 @@ type run struct {
 	credentialAt   *time.Time // the credential row's updated_at, read on takeover
 	secret         []byte
 	auth           *tenants.HandlerAuth // the tenant's handler auth; nil: none
+	// on is the connection reads go through when there is no session yet
+	// (a batch's); nil with no session: the pool.
+	on tenants.Querier
 	// probing: this run holds the probe of the tenant's unreachable handler.
 	probing bool
 	// probingNumber: this run holds the probe of the tenant's unreachable
@@ -390,7 +393,7 @@ func (r *run) finish(ctx context.Context, m message, st *step, providerID *strin
 		b                  = &pgx.Batch{}
 	)
 	var sinceAccepted *time.Duration // set by a last finish
-	b.Queue(finishStepQuery, r.s.conv, r.s.fence, lockNamespace, st.id, providerID, m.pk, m.seq, last, replies, gap).QueryRow(func(row pgx.Row) error {
+	b.Queue(finishStepQuery, r.s.conv, r.s.fence, r.s.after, st.id, providerID, m.pk, m.seq, last, replies, gap).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&finished, &unlocked, &sinceAccepted)
 	})
 	if st.kind == "send" && !last && r.d.cfg.Metrics != nil {

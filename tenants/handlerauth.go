@@ -124,10 +124,15 @@ func (a HandlerAuth) MarshalJSON() ([]byte, error) {
 // HandlerAuth returns the tenant's handler auth; nil when it has none.
 // ErrUnreadable when it is stored but cannot be opened or read.
 func (s *Store) HandlerAuth(ctx context.Context, tenantID int64) (*HandlerAuth, error) {
+	return s.HandlerAuthOn(ctx, s.pool, tenantID)
+}
+
+// HandlerAuthOn is HandlerAuth read through q (a drain's own connection).
+func (s *Store) HandlerAuthOn(ctx context.Context, q Querier, tenantID int64) (*HandlerAuth, error) {
 	if s.vault == nil {
 		return nil, errors.New("read handler auth: no credential vault configured")
 	}
-	raw, err := s.vault.Get(ctx, tenantID, HandlerAuthCredential)
+	raw, err := s.vault.GetOn(ctx, q, tenantID, HandlerAuthCredential)
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil
 	}

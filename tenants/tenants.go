@@ -516,10 +516,15 @@ func (s *Store) List(ctx context.Context) ([]Tenant, error) {
 // the bytes of the hex string the tenant was given, which is what the tenant's
 // side (e.g. an n8n Crypto node) uses as its key.
 func (s *Store) HandlerSecret(ctx context.Context, tenantID int64) ([]byte, error) {
+	return s.HandlerSecretOn(ctx, s.pool, tenantID)
+}
+
+// HandlerSecretOn is HandlerSecret read through q (a drain's own connection).
+func (s *Store) HandlerSecretOn(ctx context.Context, q Querier, tenantID int64) ([]byte, error) {
 	if s.vault == nil {
 		return nil, errors.New("read handler secret: no credential vault configured")
 	}
-	raw, err := s.vault.Get(ctx, tenantID, HandlerCredential)
+	raw, err := s.vault.GetOn(ctx, q, tenantID, HandlerCredential)
 	if err != nil {
 		return nil, fmt.Errorf("read handler secret: %w", err)
 	}
@@ -535,11 +540,12 @@ func (s *Store) HandlerSecret(ctx context.Context, tenantID int64) ([]byte, erro
 const selectRetryTimeouts = `SELECT retry_timeouts FROM ordo.tenants WHERE id = $1`
 
 // RetryTimeouts reports whether the tenant's sync handler calls that timed
-// out are made again. The drain asks only when a call timed out, so the
-// setting needs no place in the drain's own read of the tenant.
-func (s *Store) RetryTimeouts(ctx context.Context, tenantID int64) (bool, error) {
+// out are made again, read through q (the drain's own connection). The
+// drain asks only when a call timed out, so the setting needs no place in
+// the drain's own read of the tenant.
+func (s *Store) RetryTimeouts(ctx context.Context, q Querier, tenantID int64) (bool, error) {
 	var retry bool
-	if err := s.pool.QueryRow(ctx, selectRetryTimeouts, tenantID).Scan(&retry); err != nil {
+	if err := q.QueryRow(ctx, selectRetryTimeouts, tenantID).Scan(&retry); err != nil {
 		return false, fmt.Errorf("read retry_timeouts of tenant %d: %w", tenantID, notFound(err))
 	}
 	return retry, nil

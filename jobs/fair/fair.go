@@ -91,6 +91,8 @@ type Scheduler struct {
 	dueAt    map[int64]time.Time
 	pickedAt map[int64]time.Time
 	handed   []int64
+	// dueAny is when a conversation of a tenant not named last became due.
+	dueAny time.Time
 	// known is each tenant's weight and cap as last read.
 	known map[int64]Turn
 	// blocked are the tenants whose last claim found nothing, since when.
@@ -120,6 +122,7 @@ func (s *Scheduler) NoteDue(now time.Time, tenant int64) {
 		s.dueAt[tenant] = now
 		delete(s.blocked, tenant)
 	} else {
+		s.dueAny = now
 		clear(s.blocked)
 	}
 	s.stale = true
@@ -265,11 +268,18 @@ func (s *Scheduler) DueIn(now time.Time, d time.Duration) {
 	}
 }
 
-// Missed records that tenant had nothing to claim at now: it leaves the
-// round and sits out until something may have changed for it.
-func (s *Scheduler) Missed(now time.Time, tenant int64) {
-	s.blocked[tenant] = now
+// Missed records that tenant had nothing to claim at now, for a claim
+// asked at asked: it leaves the round and sits out until something may
+// have changed for it — unless something did while the claim was on its
+// way (a conversation of its, or of a tenant not named, became due after
+// asked): the claim may have been answered before that conversation was
+// there, and the runner its notification woke must find the tenant.
+func (s *Scheduler) Missed(now time.Time, tenant int64, asked time.Time) {
 	s.leave(tenant)
+	if s.dueAt[tenant].After(asked) || s.dueAny.After(asked) {
+		return
+	}
+	s.blocked[tenant] = now
 }
 
 // WakeAll forgets every tenant's miss and reads the ready set before the

@@ -58,7 +58,7 @@ func TestModel(t *testing.T) {
 		{"a tenant that missed sits out until something is due for it", func(t *testing.T, s *Scheduler) {
 			rows := []Due{due(1, 1, 1, 0), due(2, 1, 0, 0)}
 			picks(s, t0, rows, 1) // 1
-			s.Missed(t0, 1)       // at its cap
+			s.Missed(t0, 1, t0)   // at its cap
 			s.NoteDue(t0, 3)      // someone else: a new round, without 1
 			if got := picks(s, t0, rows, 3); slices.Contains(got, 1) {
 				t.Fatalf("picks %v: the blocked tenant came back before its event", got)
@@ -69,10 +69,30 @@ func TestModel(t *testing.T) {
 				t.Fatalf("picks %v: want the tenant whose conversation became due", got)
 			}
 		}},
+		{"a conversation that became due while a claim found nothing is not forgotten", func(t *testing.T, s *Scheduler) {
+			// A claim for tenant 1 asked at t0 and found nothing; its
+			// notification came before the claim's answer was recorded.
+			// Blocking the tenant then lost that notification: the runner
+			// it woke found the tenant sitting out and waited a poll
+			// interval (TestIdleRunnersAreNotAllWokenForOneMessage, CI).
+			rows := []Due{due(1, 1, 0, 0)}
+			picks(s, t0, rows, 1)
+			later := t0.Add(time.Millisecond)
+			s.NoteDue(later, 1)
+			s.Missed(later.Add(time.Millisecond), 1, t0)
+			if got := picks(s, later, rows, 1); got[0] != 1 {
+				t.Fatalf("picked %v; want tenant 1, due since the claim was asked", got)
+			}
+			s.NoteDue(later, 0) // a conversation of a tenant not named
+			s.Missed(later.Add(time.Millisecond), 1, t0)
+			if got := picks(s, later, rows, 1); got[0] != 1 {
+				t.Fatalf("picked %v; want tenant 1 after a notification naming no tenant", got)
+			}
+		}},
 		{"a blocked tenant is tried again after a poll interval of waiting", func(t *testing.T, s *Scheduler) {
 			rows := []Due{due(1, 1, 1, 0)}
 			picks(s, t0, rows, 1)
-			s.Missed(t0, 1)
+			s.Missed(t0, 1, t0)
 			if got := picks(s, t0.Add(time.Second), rows, 1); got[0] != 0 {
 				t.Fatalf("picked %v before the poll interval passed in a wait", got)
 			}

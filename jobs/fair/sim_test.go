@@ -322,9 +322,14 @@ func (m *sim) claim(r *simRunner, t Turn) {
 		}
 	}
 	if pick == nil {
+		// The claim's answer comes back a claim's cost later: what
+		// became due meanwhile must not be forgotten by the miss.
 		m.room.Give(1)
-		m.s.Missed(m.now, t.Tenant)
-		m.at(simClaimCost, func() { m.free(r) })
+		asked := m.now
+		m.at(simClaimCost, func() {
+			m.s.Missed(m.now, t.Tenant, asked)
+			m.free(r)
+		})
 		return
 	}
 	m.s.PassOn(t.Tenant, due > 1)

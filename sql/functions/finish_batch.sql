@@ -5,8 +5,7 @@
 -- its seq — what ordo.finish_step does for a message's last step, set-based.
 --
 -- Then each recorded conversation:
---   * caught up: leaves the ready set, and its advisory lock (first key
---     p_lock) is released;
+--   * caught up: leaves the ready set, and its drain lock is released;
 --   * with more queued, p_next, the tenant still batched (ordo.may_batch
 --     for number p_phone: Meta may have paused the tenant or throttled the
 --     number meanwhile) and a next message that is outbound and not
@@ -23,28 +22,32 @@
 -- transaction holds its row (an application's import: the caller finishes
 -- it alone, waiting for that row only) — keeps its lock for the caller.
 -- With p_end, every conversation recorded and none going on, the batch is
--- over: the session's lease ends (idle_session_timeout 0, ordo.batch_lease
--- cleared). p_round is the room the batch holds for the conversations of
--- this call (theirs, and that of conversations that left it before); the
--- transaction-local setting ordo.batch_left is the part of it free after
--- this call, once that is at least half (0 before): an ordo.claim_batch
--- after this in the same transaction (p_max NULL) takes that many, so a
--- batch stays full while its run goes on, in claims worth their cost.
+-- over: the session's lease ends (ordo.drain_lease 0); otherwise released
+-- conversations leave the batch's lease p_lease_ms on the session.
+--
+-- p_round is the room the batch holds for the conversations of this call
+-- (theirs, and that of conversations that left it before); refill, on
+-- every row, is the part of it free after this call once that is at least
+-- half, and every conversation of the call was recorded (0 otherwise): the
+-- caller claims that many more into the batch (ordo.claim, never one
+-- alone), so a batch stays full while its run goes on, in claims worth
+-- their cost.
 --
 -- Locks: the conversation rows FOR NO KEY UPDATE SKIP LOCKED — never waited
 -- for, so the order among them does not matter — then steps, messages, dead
 -- letters (a send Meta already reported undelivered, as in
 -- ordo.finish_step) and ready rows (sql/LOCKING.md).
 CREATE OR REPLACE FUNCTION ordo.finish_batch(
-    p_lock int, p_convs bigint[], p_fences bigint[], p_steps bigint[], p_messages bigint[], p_seqs bigint[],
-    p_provider_ids text[], p_next boolean, p_end boolean, p_round int, p_phone text)
+    p_convs bigint[], p_fences bigint[], p_steps bigint[], p_messages bigint[], p_seqs bigint[],
+    p_provider_ids text[], p_next boolean, p_end boolean, p_lease_ms int, p_round int, p_phone text)
 RETURNS TABLE (
     conv bigint, finished boolean, since_accepted interval,
-    next_message_pk bigint, next_message_id text, next_seq bigint, next_payload jsonb, next_step_id bigint)
+    next_message_pk bigint, next_message_id text, next_seq bigint, next_payload jsonb, next_step_id bigint,
+    refill int)
 LANGUAGE plpgsql
 -- Reach the batch's rows by their keys whatever the statistics say (without
 -- them Postgres scanned steps and conversations whole for a batch of eight:
--- ordo.claim_batch).
+-- ordo.claim).
 SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
@@ -59,8 +62,8 @@ DECLARE
     v_next_steps  bigint[] := '{}';
     v_parked      bigint[];
     v_tenant      bigint;
+    v_left        int := 0;
 BEGIN
-    PERFORM set_config('ordo.batch_left', '0', true);
     WITH l AS (
         SELECT c.id FROM ordo.conversations c
         JOIN unnest(p_convs, p_fences) AS f(conv, fence) ON c.id = f.conv AND c.fence = f.fence
@@ -115,12 +118,13 @@ BEGIN
     -- A refill is worth its statement once half the batch's room is free;
     -- none while a conversation of this call is left to the caller (it
     -- may wait for an import's row lock: the batch should not wait too).
-    PERFORM set_config('ordo.batch_left',
-        CASE WHEN (p_round - cardinality(v_next)) * 2 >= p_round AND cardinality(v_convs) = cardinality(p_convs)
-             THEN p_round - cardinality(v_next) ELSE 0 END::text, true);
+    IF (p_round - cardinality(v_next)) * 2 >= p_round AND cardinality(v_convs) = cardinality(p_convs) THEN
+        v_left := p_round - cardinality(v_next);
+    END IF;
 
     RETURN QUERY
-    SELECT d.conv, d.conv = ANY (coalesce(v_caught, '{}')), d.since, s.message_pk, nm.message_id, nm.seq, nm.payload, s.id
+    SELECT d.conv, d.conv = ANY (coalesce(v_caught, '{}')), d.since, s.message_pk, nm.message_id, nm.seq, nm.payload, s.id,
+           v_left
     FROM unnest(v_done, v_since) AS d(conv, since)
     LEFT JOIN unnest(v_next, v_next_steps) AS n(conv, step) ON n.conv = d.conv
     LEFT JOIN ordo.steps s ON s.id = n.step
@@ -135,10 +139,9 @@ BEGIN
     END IF;
     -- As in ordo.finish_step: the next drain's takeover waits for this
     -- transaction's row locks, so it sees every write of this one.
-    PERFORM pg_advisory_unlock(p_lock, (x % 2147483647)::int)
-    FROM unnest(v_convs) x WHERE x <> ALL (v_next);
+    PERFORM ordo.drain_unlock(x, p_lease_ms) FROM unnest(v_convs) x WHERE x <> ALL (v_next);
     IF p_end AND cardinality(v_convs) = cardinality(p_convs) AND cardinality(v_next) = 0 THEN
-        PERFORM set_config('ordo.batch_lease', '', false), set_config('idle_session_timeout', '0', false);
+        PERFORM ordo.drain_lease(0);
     END IF;
 END;
 $$;

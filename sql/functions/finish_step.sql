@@ -5,13 +5,13 @@
 -- caught the conversation up (finished), the drain ends and the conversation
 -- leaves the ready set — under the row lock ingest takes, so a message
 -- accepted meanwhile either committed first (the drain goes on) or finds no
--- row and adds one — and the lock p_lock
--- (the advisory lock's first key) is released with this transaction
--- (unlocked). p_pair_gap, when set, starts the user's pair gap now.
+-- row and adds one — and the drain's lock is released with this
+-- transaction (unlocked), leaving the session the lease p_lease_ms
+-- (ordo.drain_unlock). p_pair_gap, when set, starts the user's pair gap now.
 -- since_accepted (p_last only) is how long ago the message was accepted,
 -- for the accept-to-send metric, read by the write that finishes it.
 CREATE OR REPLACE FUNCTION ordo.finish_step(
-    p_conv bigint, p_fence bigint, p_lock int, p_step bigint, p_provider_id text,
+    p_conv bigint, p_fence bigint, p_lease_ms int, p_step bigint, p_provider_id text,
     p_message bigint, p_seq bigint, p_last boolean, p_replies jsonb, p_pair_gap interval,
     OUT finished boolean, OUT unlocked boolean, OUT since_accepted interval)
 LANGUAGE plpgsql AS $$
@@ -63,8 +63,7 @@ BEGIN
             -- A session lock is not transactional, but the next drain's
             -- takeover waits for this transaction's row lock, so it still
             -- sees every write of this one.
-            unlocked := pg_advisory_unlock(p_lock, (p_conv % 2147483647)::int);
-            PERFORM set_config('idle_session_timeout', coalesce(nullif(current_setting('ordo.batch_lease', true), ''), '0'), false);
+            unlocked := ordo.drain_unlock(p_conv, p_lease_ms);
         END IF;
     END IF;
 END;

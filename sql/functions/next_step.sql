@@ -8,50 +8,35 @@
 -- the caller passes the phone number (it holds the tenant's credential);
 -- everything else (a retry, an ambiguous send to settle, a send slot in the
 -- future) is left to the drain, which then starts the step itself.
---
--- In takeover mode (p_fence NULL):
---   * the takeover statement (jobs/session.go, openQuery) leaves the fence
---     it took in the transaction-local setting ordo.fence, and only when it
---     took the conversation's lock;
---   * ordo.next_step with p_fence NULL runs in that same transaction right
---     after it: it takes the head and the tenant from the conversation row
---     and starts only when ordo.fence is set and the conversation is not
---     halted; otherwise it only reads;
---   * drain jobs carry their conversation's tenant, so the drain can pass
---     the tenant's sending phone number (from its credential cache) before
---     it knows anything else about the conversation.
+-- ordo.claim calls it for the conversation it just took over.
 CREATE OR REPLACE FUNCTION ordo.next_step(p_conv bigint, p_fence bigint, p_head bigint, p_tenant bigint, p_phone text)
 RETURNS TABLE (
     message_pk bigint, message_id text, seq bigint, direction text, payload jsonb,
     step_id bigint, step_idx int, step_kind text, step_status text, step_request jsonb, step_attempts int,
     since_start interval, provider_status text, provider_message_id text, started boolean)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- The planner's defaults, whoever calls: ordo.claim walks its ready rows
+-- with sorts and sequential scans off, and a step started under that (its
+-- send slot, its counters) held the number's pacing row for longer while
+-- it planned around them — every send of the number waited (a drain's
+-- sends took 14 s where they take 8.5: TestConcurrentDuplicatesSentOnceInOrder).
+SET enable_sort = on
+SET enable_seqscan = on
+AS $$
 #variable_conflict use_column
 DECLARE
     v_m     record;
     v_kind  text;
     v_req   jsonb;
     v_st    record;
-    v_start boolean := true;
-    v_halt  boolean;
 BEGIN
-    IF p_fence IS NULL THEN
-        -- Right after the takeover, in its transaction.
-        p_fence := nullif(current_setting('ordo.fence', true), '')::bigint;
-        SELECT c.head_seq, c.tenant_id, c.halted_at IS NOT NULL INTO p_head, p_tenant, v_halt
-        FROM ordo.conversations c WHERE c.id = p_conv;
-        IF NOT FOUND THEN
-            RETURN;
-        END IF;
-        v_start := p_fence IS NOT NULL AND NOT v_halt;
-    END IF;
     SELECT m.id, m.message_id, m.seq, m.direction, m.payload INTO v_m
     FROM ordo.messages m WHERE m.conversation_pk = p_conv AND m.seq > p_head
     ORDER BY m.seq LIMIT 1;
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    IF v_start AND NOT EXISTS (SELECT 1 FROM ordo.steps s WHERE s.message_pk = v_m.id) THEN
+    IF NOT EXISTS (SELECT 1 FROM ordo.steps s WHERE s.message_pk = v_m.id) THEN
         IF v_m.direction = 'outbound' THEN
             v_kind := 'send';
             v_req := v_m.payload;

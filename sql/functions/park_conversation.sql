@@ -2,11 +2,12 @@
 -- catching it up: its ready row is due again after p_delay (a backoff, a send
 -- slot, a paused tenant, a yield after the run's budget: 0), or at once when
 -- something woke it while the drain ran (ordo.wake_conversation), and the
--- drain's lock (first key p_lock) is released with this call. Fenced: a
+-- drain's lock is released with this call, leaving the session the lease
+-- p_lease_ms (ordo.drain_unlock). Fenced: a
 -- drain that lost the conversation changes nothing (ORF01).
 --
 -- Locks: the conversation row (ordo.check_fence), then the ready row.
-CREATE OR REPLACE FUNCTION ordo.park_conversation(p_conv bigint, p_fence bigint, p_lock int, p_delay interval)
+CREATE OR REPLACE FUNCTION ordo.park_conversation(p_conv bigint, p_fence bigint, p_delay interval, p_lease_ms int)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -27,7 +28,7 @@ BEGIN
     IF v_due <= clock_timestamp() THEN
         PERFORM pg_notify('ordo_ready', v_tenant::text);
     END IF;
-    PERFORM pg_advisory_unlock(p_lock, (p_conv % 2147483647)::int), set_config('idle_session_timeout', coalesce(nullif(current_setting('ordo.batch_lease', true), ''), '0'), false);
+    PERFORM ordo.drain_unlock(p_conv, p_lease_ms);
     RETURN true;
 END;
 $$;

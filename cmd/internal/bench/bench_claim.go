@@ -20,8 +20,9 @@ import (
 // directly — tenants with due conversations, tenants with none, and
 // conversations that wait (due later) — then times, on one connection,
 // the scheduler's walk over tenants with due work (jobs.ActiveTenantsQuery,
-// once per round) and ordo.claim_conversation for the tenants in turn (each
-// claim released at once, so every claim finds work). No message is sent:
+// once per round) and ordo.claim for the tenants in turn, alone, with a
+// lease of 0 (each claim released at once and due again, so every claim
+// finds work). No message is sent:
 // this is the scheduler's own cost, apart from draining.
 
 // claimCase is one shape of the ready set.
@@ -70,10 +71,8 @@ c AS (
     RETURNING id, tenant_id
 )
 INSERT INTO ordo.ready (conversation_pk, tenant_id, due_at) SELECT id, tenant_id, now() + interval '1 hour' FROM c`
-	claimOne     = `SELECT conv FROM ordo.claim_conversation($1, $2, 0, 30000, NULL, NULL)`
-	claimRelease = `SELECT pg_advisory_unlock($1, ($2 % 2147483647)::int)`
-	// claimLockKey is a lock namespace of the bench's own: no ordo runs here.
-	claimLockKey = 0x62656e63
+	claimOne     = `SELECT conv FROM ordo.claim($1, 0, 0, true, 0, NULL, NULL, NULL) LIMIT 1`
+	claimRelease = `SELECT ordo.drain_unlock($1, 0)`
 )
 
 // runClaim measures every claim case.
@@ -146,7 +145,7 @@ func (b *benchEnv) claimCase(ctx context.Context, cc claimCase) (benchResult, er
 		for _, t := range tenantIDs {
 			start := time.Now()
 			var conv *int64
-			if err := conn.QueryRow(ctx, claimOne, claimLockKey, t).Scan(&conv); err != nil && err != pgx.ErrNoRows {
+			if err := conn.QueryRow(ctx, claimOne, t).Scan(&conv); err != nil && err != pgx.ErrNoRows {
 				return benchResult{}, fmt.Errorf("claim: %w", err)
 			}
 			if conv == nil {
@@ -155,7 +154,7 @@ func (b *benchEnv) claimCase(ctx context.Context, cc claimCase) (benchResult, er
 			if round > 0 {
 				claims = append(claims, float64(time.Since(start))/float64(time.Microsecond))
 			}
-			if _, err := conn.Exec(ctx, claimRelease, claimLockKey, *conv); err != nil {
+			if _, err := conn.Exec(ctx, claimRelease, *conv); err != nil {
 				return benchResult{}, err
 			}
 		}
