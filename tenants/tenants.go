@@ -88,8 +88,9 @@ type Tenant struct {
 	// HandlerDownReason is the last probe's failure while the handler is
 	// unreachable.
 	HandlerDownReason string `json:"handler_down_reason,omitempty"`
-	// HandlerOutageLimitMS is how long the handler may be unreachable before
-	// its messages are retried and dead-lettered as usual, in milliseconds;
+	// HandlerOutageLimitMS is how long the handler — or the WhatsApp number
+	// (NumberDownSince) — may be unreachable before its messages are
+	// retried and dead-lettered as usual, in milliseconds;
 	// HandlerOutageLimitDefault unless changed (Meta retries its webhooks
 	// for about as long).
 	HandlerOutageLimitMS int64 `json:"handler_outage_limit_ms"`
