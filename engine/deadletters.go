@@ -95,60 +95,9 @@ func (e *Engine) DeadLetter(ctx context.Context, tenantID int64, id string) (Dea
 	return d, nil
 }
 
-// The resolution runs in one transaction that locks the conversation FOR
-// UPDATE (so no drain — current or stale — writes to it while its head
-// moves), then the dead letter: the lock order of sql/LOCKING.md.
-const deadLetterConversation = `
-SELECT m.conversation_pk FROM ordo.dead_letters d JOIN ordo.messages m ON m.id = d.message_pk
-WHERE d.id = $1 AND ($2 = 0 OR d.tenant_id = $2)`
-
-const lockConversation = `SELECT 1 FROM ordo.conversations WHERE id = $1 FOR UPDATE`
-
-const lockDeadLetter = `
-SELECT d.message_pk, m.conversation_pk, m.seq, c.head_seq, c.halted_at IS NOT NULL,
-       t.slug, c.conversation_id, m.message_id
-FROM ordo.dead_letters d
-JOIN ordo.messages m ON m.id = d.message_pk
-JOIN ordo.conversations c ON c.id = m.conversation_pk
-JOIN ordo.tenants t ON t.id = d.tenant_id
-WHERE d.id = $1 AND ($2 = 0 OR d.tenant_id = $2) AND d.resolved_at IS NULL
-FOR UPDATE OF d`
-
-const resolveDeadLetter = `UPDATE ordo.dead_letters SET resolved_at = now(), resolution = $2 WHERE id = $1`
-
-// Replay at the head of a halted conversation: the message runs again in place.
-const replayInPlace = `
-WITH s AS (
-    UPDATE ordo.steps SET status = 'pending', attempts = 0, finished_at = NULL
-    WHERE message_pk = $1 AND status = 'failed'
-), m AS (
-    UPDATE ordo.messages SET status = 'queued', finished_at = NULL WHERE id = $1
-)
-UPDATE ordo.conversations SET halted_at = NULL, fence = fence + 1 WHERE id = $2`
-
-// Replay of a message the conversation has already passed (skip policy): it
-// goes to the conversation's tail with a new seq, so order is kept. That is
-// what ingest does, under the same row lock: a drain running meanwhile goes
-// on and finds the message at the tail, so the fence is left alone (bumping
-// it would reject a busy drain's record of a send it made).
-const replayAtTail = `
-WITH c AS (
-    UPDATE ordo.conversations SET last_seq = last_seq + 1 WHERE id = $2 RETURNING last_seq
-), s AS (
-    UPDATE ordo.steps SET status = 'pending', attempts = 0, finished_at = NULL
-    WHERE message_pk = $1 AND status = 'failed'
-)
-UPDATE ordo.messages SET status = 'queued', finished_at = NULL, seq = (SELECT last_seq FROM c) WHERE id = $1`
-
-const skipAtHead = `
-WITH m AS (
-    UPDATE ordo.messages SET status = 'skipped', finished_at = now() WHERE id = $1
-)
-UPDATE ordo.conversations SET halted_at = NULL, head_seq = $3, fence = fence + 1 WHERE id = $2`
-
-const skipPassed = `UPDATE ordo.messages SET status = 'skipped' WHERE id = $1`
-
-const ensureDrain = `SELECT ordo.ensure_drain($1)`
+// resolveQuery replays or skips a dead letter (ordo.resolve_dead_letter):
+// no row when it is not the tenant's, unknown or resolved already.
+const resolveQuery = `SELECT slug, conversation_id, message_id FROM ordo.resolve_dead_letter($1, $2, $3)`
 
 // Replay runs a dead-lettered message again, in its conversation's order.
 // actor (AdminActor, ActorCLI, APIActor) is recorded in the audit log by
@@ -171,59 +120,20 @@ func (e *Engine) resolve(ctx context.Context, tenantID int64, id, resolution, ac
 		return DeadLetter{}, Errorf(CodeNotFound, "dead letter not found")
 	}
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		var (
-			messagePK, convPK, seq, head int64
-			halted                       bool
-			slug, convID, messageID      string
-		)
-		err := tx.QueryRow(ctx, deadLetterConversation, n, tenantID).Scan(&convPK)
-		if err == nil {
-			_, err = tx.Exec(ctx, lockConversation, convPK)
-		}
-		if err == nil {
-			err = tx.QueryRow(ctx, lockDeadLetter, n, tenantID).Scan(&messagePK, &convPK, &seq, &head, &halted, &slug, &convID, &messageID)
+		var slug, convID, messageID string
+		err := tx.QueryRow(ctx, resolveQuery, n, tenantID, resolution).Scan(&slug, &convID, &messageID)
+		if err == pgx.ErrNoRows {
+			// Either not this tenant's, unknown, or already resolved.
+			if _, gerr := e.DeadLetter(ctx, tenantID, id); gerr == nil {
+				return Errorf(CodeConflict, "dead letter already resolved")
+			}
 		}
 		if err != nil {
-			if err == pgx.ErrNoRows {
-				// Either not this tenant's, unknown, or already resolved.
-				if _, gerr := e.DeadLetter(ctx, tenantID, id); gerr == nil {
-					return Errorf(CodeConflict, "dead letter already resolved")
-				}
-			}
-			return err
-		}
-		atHead := halted && seq == head+1
-		var q string
-		switch {
-		case resolution == "replayed" && atHead:
-			q = replayInPlace
-		case resolution == "replayed":
-			q = replayAtTail
-		case atHead:
-			q = skipAtHead
-		default:
-			q = skipPassed
-		}
-		args := []any{messagePK, convPK}
-		if q == skipAtHead {
-			args = append(args, seq)
-		}
-		if q == skipPassed {
-			args = args[:1]
-		}
-		if _, err := tx.Exec(ctx, q, args...); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, resolveDeadLetter, n, resolution); err != nil {
 			return err
 		}
 		action := map[string]string{"replayed": "dead_letter.replay", "skipped": "dead_letter.skip"}[resolution]
-		if err := Audit(ctx, tx, AuditEntry{Actor: actor, Action: action, Tenant: slug, ConversationID: convID,
-			MessageID: messageID, DeadLetterID: &n, Details: details}); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, ensureDrain, convPK)
-		return err
+		return Audit(ctx, tx, AuditEntry{Actor: actor, Action: action, Tenant: slug, ConversationID: convID,
+			MessageID: messageID, DeadLetterID: &n, Details: details})
 	})
 	if err != nil {
 		return DeadLetter{}, translate(err, "resolve dead letter")

@@ -201,8 +201,6 @@ const markUnknown = `
 UPDATE ordo.steps SET status = 'unknown', ambiguous_count = ambiguous_count + 1, errors = errors || $2::jsonb
 WHERE id = $1 AND status = 'running'`
 
-const moveHead = `UPDATE ordo.conversations SET head_seq = $2 WHERE id = $1`
-
 // step runs one attempt of st, after settling an earlier send attempt whose
 // outcome is unknown, and once the send may go (credential, pacing, pause);
 // a step the previous message's last write started goes straight out.
@@ -541,19 +539,9 @@ UPDATE ordo.steps SET
 WHERE id = $1
 RETURNING pair_rate_errors`
 
-const killStep = `UPDATE ordo.steps SET status = 'failed', errors = errors || $2::jsonb, finished_at = now() WHERE id = $1`
-
-const messageDead = `UPDATE ordo.messages SET status = 'dead', finished_at = now() WHERE id = $1`
-
-const insertDeadLetter = `
-INSERT INTO ordo.dead_letters (tenant_id, message_pk, step_id, reason, errors)
-SELECT $1, $2, s.id, $4, s.errors FROM ordo.steps s WHERE s.id = $3`
-
-// haltConversation halts the conversation and takes it out of the ready set
-// (the conversation row first: sql/LOCKING.md).
-const haltConversation = `
-WITH h AS (UPDATE ordo.conversations SET halted_at = now() WHERE id = $1 RETURNING id)
-DELETE FROM ordo.ready r USING h WHERE r.conversation_pk = h.id`
+// deadLetterQuery ends a message in a dead letter, and halts its
+// conversation or moves its head past it (ordo.dead_letter).
+const deadLetterQuery = `SELECT ordo.dead_letter($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9)`
 
 // failed records a failed attempt and does what its action says: retry
 // later while the head stays (slowing the number, or spacing pair-rate
@@ -626,15 +614,8 @@ func (r *run) deadLetterWith(ctx context.Context, m message, st *step, reason st
 	if guard != nil {
 		guard(b)
 	}
-	b.Queue(killStep, st.id, entry)
-	b.Queue(messageDead, m.pk)
-	b.Queue(insertDeadLetter, r.tenant.ID, m.pk, st.id, reason)
 	halt := r.tenant.OnDeadLetter != "skip"
-	if halt {
-		b.Queue(haltConversation, r.s.conv)
-	} else {
-		b.Queue(moveHead, r.s.conv, m.seq)
-	}
+	b.Queue(deadLetterQuery, r.s.conv, r.s.fence, r.tenant.ID, m.pk, m.seq, st.id, reason, entry, halt)
 	if err := r.s.write(ctx, b); err != nil {
 		return outcome{}, err
 	}

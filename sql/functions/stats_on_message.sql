@@ -1,15 +1,14 @@
 -- ordo.stats_on_message counts an accepted message in its tenant's minute of
 -- ordo.stats_minutes (the overview's accepted/min), in the ingest's own
--- transaction. The row is one of 16 shards picked by the backend's pid, so
--- concurrent ingests of one tenant rarely wait for each other: the lock is
--- taken after the message row's own and held to the ingest's commit, and
--- belongs to this tenant only. The trigger is defined below, with its
+-- transaction, on a shard no other transaction counts on (ordo.stats_shard):
+-- counting never waits, so it adds no edge to anyone's lock order. The
+-- trigger is defined below, with its
 -- function: a changed file drops both and creates both (sql.applyFunctions).
 CREATE OR REPLACE FUNCTION ordo.stats_on_message() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO ordo.stats_minutes AS s (minute, tenant_id, shard, accepted)
-    VALUES (date_trunc('minute', now()), NEW.tenant_id, pg_backend_pid() % 16, 1)
+    VALUES (date_trunc('minute', now()), NEW.tenant_id, ordo.stats_shard(NEW.tenant_id), 1)
     ON CONFLICT (minute, tenant_id, shard) DO UPDATE SET accepted = s.accepted + 1;
     RETURN NULL;
 END;

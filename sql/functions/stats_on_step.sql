@@ -10,24 +10,28 @@ DECLARE
     v_tenant  bigint;
     v_created timestamptz;
     v_bucket  int;
+    v_shard   int;
 BEGIN
     SELECT m.tenant_id, m.created_at INTO v_tenant, v_created FROM ordo.messages m WHERE m.id = NEW.message_pk;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
+    v_shard := ordo.stats_shard(v_tenant);
     IF EXISTS (SELECT 1 FROM ordo.steps f WHERE f.message_pk = NEW.message_pk AND f.kind = 'send' AND f.idx < NEW.idx) THEN
         INSERT INTO ordo.stats_minutes AS s (minute, tenant_id, shard, sent)
-        VALUES (date_trunc('minute', now()), v_tenant, pg_backend_pid() % 16, 1)
+        VALUES (date_trunc('minute', now()), v_tenant, v_shard, 1)
         ON CONFLICT (minute, tenant_id, shard) DO UPDATE SET sent = s.sent + 1;
         RETURN NULL;
     END IF;
     v_bucket := least(80, greatest(1, 2 + floor(ln(greatest(extract(epoch FROM coalesce(NEW.finished_at, clock_timestamp()) - v_created) * 1000, 0.001)) / ln(1.25))::int));
+    -- The row with its histogram (a row ingest made has none yet), then
+    -- the count: a new row started at 1 and the update made it 2.
     INSERT INTO ordo.stats_minutes AS s (minute, tenant_id, shard, sent, latency)
-    VALUES (date_trunc('minute', now()), v_tenant, pg_backend_pid() % 16, 1,
+    VALUES (date_trunc('minute', now()), v_tenant, v_shard, 0,
             array_fill(0, ARRAY[80]))
-    ON CONFLICT (minute, tenant_id, shard) DO NOTHING;
+    ON CONFLICT (minute, tenant_id, shard) DO UPDATE SET latency = EXCLUDED.latency WHERE s.latency IS NULL;
     UPDATE ordo.stats_minutes s SET sent = s.sent + 1, latency[v_bucket] = s.latency[v_bucket] + 1
-    WHERE s.minute = date_trunc('minute', now()) AND s.tenant_id = v_tenant AND s.shard = pg_backend_pid() % 16;
+    WHERE s.minute = date_trunc('minute', now()) AND s.tenant_id = v_tenant AND s.shard = v_shard;
     RETURN NULL;
 END;
 $$;
