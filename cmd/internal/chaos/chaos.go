@@ -158,10 +158,7 @@ type Config struct {
 	HandlerOutage time.Duration
 	// CloudAPIOutage is how long the Cloud API answers every send 503,
 	// once (fault_cloudapi_outage.go), in a run long enough for it and
-	// 30 s of load after. Default 0: none (opt-in, `--cloudapi-outage
-	// 60s`: the burst after it exposes the counter rows' deadlock between
-	// ordo.finish_step and an application's ordo.enqueue_message, see the
-	// fault's file).
+	// 30 s of load after. Default CloudAPIOutageDefault; negative: none.
 	CloudAPIOutage time.Duration
 }
 
@@ -204,6 +201,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.Lease, 4*time.Second)
 	setDur(&c.SendTimeout, 1500*time.Millisecond)
 	setDur(&c.PGAway, PGAwayDefault)
+	setDur(&c.CloudAPIOutage, CloudAPIOutageDefault)
 	return c
 }
 

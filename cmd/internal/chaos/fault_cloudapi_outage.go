@@ -18,20 +18,9 @@ import (
 // and the existing checks hold — nothing lost or reordered, no dead letter
 // but the chosen ones, no duplicate beyond the counted ambiguous sends —
 // with every message settled after it is back.
-//
-// Opt-in (--cloudapi-outage 60s) for now: seeds 1 and 2 (3 min) passed every
-// check it touches, but the burst of sends after the outage, beside the
-// application's ordo.enqueue_message batches, each time ended in
-// "deadlock detected" between ordo.finish_step and ordo.enqueue_message (and
-// two enqueue batches): each holds a counter row of ordo.stats_minutes
-// (tenant, minute, pid % 16) taken by a trigger mid-transaction while it
-// waits for a conversation row the other holds — not the order
-// sql/LOCKING.md's counters paragraph promises. Default on once that is
-// fixed.
 const faultCloudAPIOutage = "cloudapi_outage"
 
-// CloudAPIOutageDefault is how long the Cloud API is away when the run
-// asks for an outage without a length in mind: about an n8n upgrade's.
+// CloudAPIOutageDefault is how long the Cloud API is away.
 const CloudAPIOutageDefault = 60 * time.Second
 
 // cloudAPIOutageKind takes the Cloud API away once, for
