@@ -41,7 +41,7 @@ import (
 // and says how many conversations a refill may claim.
 const finishBatchQuery = `
 SELECT conv, finished, since_accepted, next_message_pk, next_message_id, next_seq, next_payload, next_step_id, refill
-FROM ordo.finish_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
+FROM ordo.finish_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 
 // endBatchQuery ends a batch's lease once its last conversations were ended
 // one at a time.
@@ -298,7 +298,7 @@ func (r *Runner) finishRound(ctx context.Context, conn *pgxpool.Conn, active []b
 	pb := &pgx.Batch{}
 	recorded, room := 0, 0
 	lease := d.cfg.Lease.Milliseconds()
-	pb.Queue(finishBatchQuery, convs, fences, steps, msgs, seqs, pids, goOn, last, lease, held, cred.PhoneNumberID).Query(func(rows pgx.Rows) error {
+	pb.Queue(finishBatchQuery, convs, fences, steps, msgs, seqs, pids, goOn, last, held, cred.PhoneNumberID).Query(func(rows pgx.Rows) error {
 		var (
 			conv  int64
 			since time.Duration

@@ -22,8 +22,8 @@
 -- transaction holds its row (an application's import: the caller finishes
 -- it alone, waiting for that row only) — keeps its lock for the caller.
 -- With p_end, every conversation recorded and none going on, the batch is
--- over: the session's lease ends (ordo.drain_lease 0); otherwise released
--- conversations leave the batch's lease p_lease_ms on the session.
+-- over: the session's lease ends (ordo.drain_lease 0); otherwise the batch's
+-- lease stays for the conversations it still holds.
 --
 -- p_round is the room the batch holds for the conversations of this call
 -- (theirs, and that of conversations that left it before); refill, on
@@ -39,7 +39,7 @@
 -- ordo.finish_step) and ready rows (sql/LOCKING.md).
 CREATE OR REPLACE FUNCTION ordo.finish_batch(
     p_convs bigint[], p_fences bigint[], p_steps bigint[], p_messages bigint[], p_seqs bigint[],
-    p_provider_ids text[], p_next boolean, p_end boolean, p_lease_ms int, p_round int, p_phone text)
+    p_provider_ids text[], p_next boolean, p_end boolean, p_round int, p_phone text)
 RETURNS TABLE (
     conv bigint, finished boolean, since_accepted interval,
     next_message_pk bigint, next_message_id text, next_seq bigint, next_payload jsonb, next_step_id bigint,
@@ -139,7 +139,9 @@ BEGIN
     END IF;
     -- As in ordo.finish_step: the next drain's takeover waits for this
     -- transaction's row locks, so it sees every write of this one.
-    PERFORM ordo.drain_unlock(x, p_lease_ms) FROM unnest(v_convs) x WHERE x <> ALL (v_next);
+    -- Set-based: the batch's lease stays as it is for the rest (each
+    -- ordo.drain_unlock would set it again, a third of this call's time).
+    PERFORM pg_advisory_unlock(k.ns, k.key) FROM unnest(v_convs) x, ordo.drain_key(x) k WHERE x <> ALL (v_next);
     IF p_end AND cardinality(v_convs) = cardinality(p_convs) AND cardinality(v_next) = 0 THEN
         PERFORM ordo.drain_lease(0);
     END IF;
