@@ -4,6 +4,15 @@
 // conversation's advisory lock, fences every write, and runs each message's
 // steps (call the tenant's handler, send each reply) in seq order through
 // the WhatsApp channel.
+//
+// River hosts the workers and runs what is River-shaped: the runner jobs on
+// a queue per process (runnerqueue.go: refreshed while the process lives,
+// removed at its stop, swept when it is gone), event deliveries, and the
+// periodic jobs (maintenance.go: pruning, reconciling, event dispatch, the
+// runner sweep) on the shared queue, inserted by River's leader. Which
+// conversation runs next is ordo's: the ready set and the fair scheduler
+// (jobs/fair), which River's queues cannot express (weights, caps across
+// processes, one message at a time per conversation).
 package jobs
 
 import (
@@ -95,8 +104,9 @@ type Config struct {
 	// DrainErrorDelayDefault.
 	DrainErrorDelay time.Duration
 	// OrphanInterval is how often conversations with work but no drain at
-	// all (only a bug or an operator's hand makes one) are looked for; the
-	// look scans the conversations table. Default OrphanIntervalDefault.
+	// all (only a bug or an operator's hand makes one) are looked for (a
+	// periodic job, at least PeriodMin); the look scans the conversations
+	// table. Default OrphanIntervalDefault.
 	OrphanInterval time.Duration
 	// FetchPollInterval is how long an idle runner waits before it looks
 	// for due conversations again (and River's fallback poll); conversations
@@ -137,9 +147,16 @@ type Config struct {
 	// sending pauses until it has a credential.
 	SandboxCredential *whatsapp.Credential
 	// PruneInterval is how often the pruner removes the content of messages
-	// past their tenant's retention (prune.go). Default PruneIntervalDefault;
-	// negative turns the pruner off in this process.
+	// past their tenant's retention (prune.go; a periodic job, at least
+	// PeriodMin). Default PruneIntervalDefault; negative: this process never
+	// schedules pruning when it is River's leader.
 	PruneInterval time.Duration
+	// RunnerGoneAfter is how long a worker process's runner queue may go
+	// unrefreshed before the process counts as gone and a sweep deletes
+	// its runner jobs and queue (runnerqueue.go); a live process refreshes
+	// it every RunnerGoneAfter/6 at most, and the sweep runs every
+	// RunnerGoneAfter/2. Default RunnerGoneAfterDefault.
+	RunnerGoneAfter time.Duration
 	// PruneBatch is how many messages one pruning transaction handles.
 	// Default PruneBatchDefault.
 	PruneBatch int
@@ -207,6 +224,7 @@ func (c Config) WithDefaults() Config {
 	c.WhatsAppAPIURL = cmp.Or(c.WhatsAppAPIURL, WhatsAppAPIURLDefault)
 	c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
 	c.PruneBatch = cmp.Or(c.PruneBatch, PruneBatchDefault)
+	c.RunnerGoneAfter = cmp.Or(c.RunnerGoneAfter, RunnerGoneAfterDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.Events = c.Events.WithDefaults()
 	return c
@@ -221,6 +239,9 @@ func (c Config) validate() error {
 	}
 	if c.PaceMaxSleep >= c.Lease {
 		return fmt.Errorf("jobs: PaceMaxSleep (%s) must be below Lease (%s)", c.PaceMaxSleep, c.Lease)
+	}
+	if c.RunnerGoneAfter < 2*PeriodMin {
+		return fmt.Errorf("jobs: RunnerGoneAfter (%s) must be at least %s", c.RunnerGoneAfter, 2*PeriodMin)
 	}
 	if c.RetryBase <= 0 || c.RetryMax < c.RetryBase {
 		return errors.New("jobs: RetryBase must be positive and RetryMax at least RetryBase")

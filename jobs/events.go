@@ -17,11 +17,13 @@ package jobs
 //     separate space), POSTs the stream's events in id order and deletes
 //     each once answered 2xx. A failure stops the stream there, its head
 //     retried with backoff; nothing behind it overtakes it.
-//   - Each worker process's dispatcher (EventsConfig.PollInterval) inserts
-//     a job for every stream whose head is due and whose lock nobody holds,
-//     unique per stream and poll period. A worker killed mid-delivery loses
-//     its session and with it the lock: the next job delivers the event
-//     again (at least once; the event id tells a repeat).
+//   - A periodic River job (DispatchEventsArgs, maintenance.go: inserted by
+//     River's leader every EventsConfig.PollInterval, worked by any process)
+//     inserts a job for every stream whose head is due and whose lock
+//     nobody holds, unique per stream and poll period. A worker killed
+//     mid-delivery loses its session and with it the lock: the next job
+//     delivers the event again (at least once; the event id tells a
+//     repeat).
 
 import (
 	"bytes"
@@ -39,10 +41,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
-	"github.com/ordo-dev/ordo/jobs/outage"
-	ordosql "github.com/ordo-dev/ordo/sql"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -59,9 +58,9 @@ const (
 
 // EventsConfig tunes event delivery. Zero fields take the defaults.
 type EventsConfig struct {
-	// PollInterval is how often each worker process looks for streams with
-	// due events: the delay of an event after its fact. Default
-	// EventsPollIntervalDefault.
+	// PollInterval is how often streams with due events are looked for
+	// (one periodic job for all processes, at least PeriodMin): the delay
+	// of an event after its fact. Default EventsPollIntervalDefault.
 	PollInterval time.Duration
 	// Timeout bounds one POST to a tenant's events_url. Default
 	// EventsTimeoutDefault.
@@ -356,28 +355,12 @@ func (w *eventsWorker) post(ctx context.Context, t tenants.Tenant, secret []byte
 	return nil
 }
 
-// eventsDispatcher gives every due stream a delivery job.
+// eventsDispatcher gives every due stream a delivery job: the work of the
+// periodic DispatchEventsArgs job (maintenance.go).
 type eventsDispatcher struct {
 	cfg    EventsConfig
 	pool   *pgxpool.Pool
 	client *river.Client[pgx.Tx]
-	db     *outage.Watch
-	logger *slog.Logger
-}
-
-func (d *eventsDispatcher) loop(ctx context.Context) {
-	t := time.NewTicker(d.cfg.PollInterval)
-	defer t.Stop()
-	for {
-		if err := d.dispatch(ctx); err != nil && ctx.Err() == nil && !d.db.Report(err, ordosql.Unavailable) {
-			d.logger.WarnContext(ctx, "dispatch events", slog.String("error", err.Error()))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // eventsUniquePeriod is the period of an events job's uniqueness (River's
@@ -387,14 +370,11 @@ const eventsUniquePeriod = time.Second
 
 // eventsUniqueStates: a job is unique among the stream's unfinished jobs
 // (River's required states); a finished one does not hold back the next.
-var eventsUniqueStates = []rivertype.JobState{
-	rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
-	rivertype.JobStateScheduled, rivertype.JobStateRetryable,
-}
+var eventsUniqueStates = unfinishedStates
 
 // dispatch inserts a job per due stream, unique per stream among the
-// unfinished ones and per eventsUniquePeriod, so the processes'
-// dispatchers add one between them.
+// unfinished ones and per eventsUniquePeriod, so two dispatches (a new
+// River leader's first beside the old one's last) add one between them.
 func (d *eventsDispatcher) dispatch(ctx context.Context) error {
 	rows, err := d.pool.Query(ctx, dueStreamsQuery)
 	if err != nil {

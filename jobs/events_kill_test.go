@@ -109,8 +109,11 @@ func TestEventsDeliveredAgainAfterAWorkerProcessIsKilled(t *testing.T) {
 	}
 	_ = worker.Wait()
 
-	b.Start() // the worker that takes over
-	b.WaitFor("every event delivered", 30*time.Second, func() bool {
+	// The worker that takes over. The killed one was River's leader, which
+	// inserts the dispatch jobs: the new one leads once the old lead's
+	// term runs out (about 15 s), then delivers.
+	b.Start()
+	b.WaitFor("every event delivered", 60*time.Second, func() bool {
 		return b.Count(`SELECT count(*) FROM ordo.events`) == 0
 	})
 	var types []string

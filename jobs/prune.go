@@ -8,8 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/ordo-dev/ordo/jobs/outage"
-	ordosql "github.com/ordo-dev/ordo/sql"
 )
 
 // lockNamespace is the first key of the drains' conversation locks
@@ -53,12 +51,12 @@ func (c *PruneCounts) add(o PruneCounts) {
 // Pruner removes the content of finished messages past their tenant's
 // retention, in small transactions (ordo.prune_messages): a batch locks only
 // the messages it prunes, skipping any that is locked, and no conversation
-// row, so ingest and drains never wait for it. Every worker process runs one;
-// an advisory lock per batch keeps two from doing the same work.
+// row, so ingest and drains never wait for it. A periodic River job runs it
+// (PruneArgs, maintenance.go); an advisory lock per batch keeps two runs
+// from doing the same work.
 type Pruner struct {
 	pool   *pgxpool.Pool
 	batch  int
-	db     *outage.Watch // nil: errors are logged as they come
 	logger *slog.Logger
 }
 
@@ -71,25 +69,6 @@ func NewPruner(pool *pgxpool.Pool, batch int, logger *slog.Logger) *Pruner {
 		batch = PruneBatchDefault
 	}
 	return &Pruner{pool: pool, batch: batch, logger: logger}
-}
-
-func (p *Pruner) loop(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			n, err := p.Once(ctx)
-			if err != nil && ctx.Err() == nil && !p.db.Report(err, ordosql.Unavailable) {
-				p.logger.WarnContext(ctx, "prune messages", slog.String("error", err.Error()))
-			} else if n.Messages > 0 {
-				p.logger.InfoContext(ctx, "pruned messages past retention",
-					slog.Int("messages", n.Messages), slog.Int("steps", n.Steps), slog.Int("dead_letters", n.DeadLetters))
-			}
-		}
-	}
 }
 
 // Once prunes every tenant's messages that are past its retention now, batch

@@ -23,7 +23,8 @@ type retentionFixture struct {
 
 func setupRetention(t *testing.T) *retentionFixture {
 	t.Helper()
-	b := jobstest.Setup(t, jobstest.Options{NoStart: true})
+	// The tests run the pruner themselves: no periodic pruning beside them.
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true, Config: jobs.Config{PruneInterval: -1}})
 	f := &retentionFixture{t: t, b: b, ids: map[string]int64{}}
 	ingest := func(conv, id string) {
 		a := b.Ingest(conv, id, "hello "+id)

@@ -2,13 +2,9 @@ package jobs
 
 import (
 	"context"
-	"log/slog"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/ordo-dev/ordo/jobs/outage"
-	ordosql "github.com/ordo-dev/ordo/sql"
 )
 
 // orphanQuery finds conversations with work but no row in the ready set,
@@ -25,31 +21,11 @@ LIMIT 1000`
 
 const ensureDrain = `SELECT ordo.ensure_drain($1)`
 
-// reconciler puts orphaned conversations back in the ready set. Every worker
-// process runs one; ensure_drain re-checks under the row lock, so they never
-// double up.
+// reconciler puts orphaned conversations back in the ready set: the work of
+// the periodic ReconcileArgs job (maintenance.go). ensure_drain re-checks
+// under the row lock, so two runs never double up.
 type reconciler struct {
-	pool     *pgxpool.Pool
-	interval time.Duration
-	db       *outage.Watch
-	logger   *slog.Logger
-}
-
-func (r *reconciler) loop(ctx context.Context) {
-	t := time.NewTicker(r.interval)
-	defer t.Stop()
-	for {
-		if n, err := r.once(ctx); err != nil && ctx.Err() == nil && !r.db.Report(err, ordosql.Unavailable) {
-			r.logger.WarnContext(ctx, "reconcile orphaned conversations", slog.String("error", err.Error()))
-		} else if n > 0 {
-			r.logger.WarnContext(ctx, "re-scheduled conversations that had work and no drain", slog.Int("count", n))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	pool *pgxpool.Pool
 }
 
 // once re-schedules what is orphaned now and says how many.

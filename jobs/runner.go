@@ -22,10 +22,14 @@ import (
 	"github.com/ordo-dev/ordo/tenants"
 )
 
-// Queue is the River queue of ordo's shared jobs. Drains do not use it:
-// each worker process runs its drains on River jobs of a queue of its own
-// (RunnerArgs).
+// Queue is the River queue of ordo's shared jobs: event deliveries and the
+// periodic jobs (maintenance.go). Drains do not use it: each worker process
+// runs its drains on River jobs of a queue of its own (RunnerArgs,
+// runnerqueue.go).
 const Queue = "ordo"
+
+// riverSchema is the schema of River's tables (sql/river.go migrates them).
+const riverSchema = "ordo"
 
 // RunnerArgs is a River job that drains conversations: it claims the next
 // conversation its process's scheduler points it to, drains it, and goes on
@@ -40,17 +44,17 @@ func (RunnerArgs) Kind() string { return "ordo_runner" }
 // RunnerLifetime bounds one runner job (its process starts another): far
 // below River's rescue of jobs that run too long (one hour), so River never
 // takes a live runner for a stuck one. A runner whose process died is
-// discarded by that rescue (one attempt) and replaced by no one: its
-// process's queue died with it.
+// swept away with its process's queue (runnerqueue.go) long before.
 const RunnerLifetime = 10 * time.Minute
 
-// topUpInterval is how often a process checks that its runner jobs are all
-// there (a runner that ended asks for its successor at once).
+// topUpInterval is how often, at most, a process checks that its runner
+// jobs are all there (a runner that ended asks for its successor at once)
+// and refreshes its runner queue (heartbeatInterval).
 const topUpInterval = 5 * time.Second
 
 // Runner is a worker process's share of the work: River running this
 // process's drains, the scheduler choosing whose conversations they claim,
-// the reconciler and the pruner.
+// and River's periodic jobs (maintenance.go) for all processes.
 type Runner struct {
 	cfg        Config
 	logger     *slog.Logger
@@ -61,7 +65,6 @@ type Runner struct {
 	sched      *scheduler
 	reconciler *reconciler
 	pruner     *Pruner
-	interval   time.Duration // the pruner's; negative: no pruner here
 	events     *eventsWorker
 	dispatcher *eventsDispatcher
 	cancel     context.CancelFunc
@@ -113,12 +116,11 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		cfg:        cfg,
 		logger:     logger,
 		pool:       pool,
-		queue:      "ordo-run-" + hex.EncodeToString(id[:]),
+		queue:      runnerQueuePrefix + hex.EncodeToString(id[:]),
 		drainer:    newDrainer(cfg, pool, ts, vault, logger),
 		sched:      newScheduler(pool, cfg.FetchPollInterval, cfg.RefreshMin, cfg.TurnSlice, runners, cfg.Database, logger),
-		reconciler: &reconciler{pool: pool, interval: cfg.OrphanInterval, db: cfg.Database, logger: logger},
-		pruner:     &Pruner{pool: pool, batch: cfg.PruneBatch, db: cfg.Database, logger: logger},
-		interval:   cfg.PruneInterval,
+		reconciler: &reconciler{pool: pool},
+		pruner:     &Pruner{pool: pool, batch: cfg.PruneBatch, logger: logger},
 		topUp:      make(chan struct{}, 1),
 		room:       newRoom(cfg.Workers, fair.OverdraftFor(cfg.Workers)),
 		runners:    runners,
@@ -134,13 +136,19 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 	if err := river.AddWorkerSafely(workers, r.events); err != nil {
 		return nil, err
 	}
+	r.dispatcher = &eventsDispatcher{cfg: cfg.Events, pool: pool}
+	periodicJobs, err := r.addMaintenance(workers)
+	if err != nil {
+		return nil, err
+	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Schema: "ordo",
+		Schema: riverSchema,
 		Queues: map[string]river.QueueConfig{
 			r.queue: {MaxWorkers: runners},
 			Queue:   {MaxWorkers: SharedWorkersDefault},
 		},
 		Workers:           workers,
+		PeriodicJobs:      periodicJobs,
 		FetchCooldown:     2 * time.Millisecond,
 		FetchPollInterval: cfg.FetchPollInterval,
 		JobTimeout:        -1,
@@ -151,13 +159,14 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		// River's own loops retry against a database that is away as
 		// often as ordo's would; their warnings then say nothing the
 		// watch's two lines do not (outage.go).
-		Logger: slog.New(outage.QuietHandler{Handler: logger.Handler(), Watch: cfg.Database}).With(slog.String("component", "river")),
+		// Its chatter below riverLogLevel is left out (riverlog.go).
+		Logger: slog.New(outage.QuietHandler{Handler: atLeast{Handler: logger.Handler(), level: riverLogLevel}, Watch: cfg.Database}).With(slog.String("component", "river")),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
 	}
 	r.client = client
-	r.dispatcher = &eventsDispatcher{cfg: cfg.Events, pool: pool, client: client, db: cfg.Database, logger: logger}
+	r.dispatcher.client = client
 	return r, nil
 }
 
@@ -179,11 +188,6 @@ func (r *Runner) Start(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { r.sched.listen(rctx) })
 	wg.Go(func() { r.keepRunners(rctx) })
-	wg.Go(func() { r.reconciler.loop(rctx) })
-	wg.Go(func() { r.dispatcher.loop(rctx) })
-	if r.interval > 0 {
-		wg.Go(func() { r.pruner.loop(rctx, r.interval) })
-	}
 	go func() {
 		defer close(r.done)
 		wg.Wait()
@@ -194,14 +198,19 @@ func (r *Runner) Start(ctx context.Context) error {
 // countRunners counts this process's runner jobs that are not finished.
 const countRunners = `SELECT count(*) FROM ordo.river_job WHERE queue = $1 AND finalized_at IS NULL`
 
-// keepRunners keeps r.runners runner jobs on this process's queue: at
-// the start, when one ends, and every topUpInterval.
+// keepRunners keeps r.runners runner jobs on this process's queue, and the
+// queue's row fresh (runnerqueue.go): at the start, when a runner ends, and
+// every heartbeatInterval.
 func (r *Runner) keepRunners(ctx context.Context) {
-	t := time.NewTicker(topUpInterval)
+	t := time.NewTicker(r.heartbeatInterval())
 	defer t.Stop()
 	for {
-		if err := r.addRunners(ctx); err != nil && ctx.Err() == nil && !r.cfg.Database.Report(err, ordosql.Unavailable) {
-			r.logger.WarnContext(ctx, "start runner jobs", slog.String("error", err.Error()))
+		err := r.heartbeat(ctx)
+		if err == nil {
+			err = r.addRunners(ctx)
+		}
+		if err != nil && ctx.Err() == nil && !r.cfg.Database.Report(err, ordosql.Unavailable) {
+			r.logger.WarnContext(ctx, "keep the runner jobs", slog.String("error", err.Error()))
 		}
 		select {
 		case <-ctx.Done():
@@ -237,7 +246,7 @@ func (r *Runner) addRunners(ctx context.Context) error {
 // lock. Stop waits for that up to Config.StopTimeout or until ctx ends (a
 // second signal), whichever is first, then cancels what is still running
 // (a hard stop: a call cut off there is settled as ambiguous by the next
-// drain).
+// drain). Then it deletes this process's runner queue and jobs.
 func (r *Runner) Stop(ctx context.Context) error {
 	r.drainer.stopping.Store(true)
 	r.sched.wakeAll()
@@ -246,6 +255,9 @@ func (r *Runner) Stop(ctx context.Context) error {
 		r.cancel()
 		<-r.done
 	}
+	// Nothing of this process is left behind: its runner queue and jobs go
+	// once River has stopped working them.
+	defer r.removeQueue(ctx)
 	soft, cancel := context.WithTimeout(ctx, r.cfg.StopTimeout)
 	defer cancel()
 	if err := r.client.Stop(soft); err == nil {

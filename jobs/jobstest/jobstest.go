@@ -137,10 +137,11 @@ func withTestDefaults(c jobs.Config, waURL string) jobs.Config {
 	def(&c.RetryBase, 20*time.Millisecond)
 	def(&c.RetryMax, 200*time.Millisecond)
 	def(&c.DrainErrorDelay, 100*time.Millisecond)
-	def(&c.OrphanInterval, 500*time.Millisecond)
+	// The periodic jobs (reconcile, event dispatch) at their shortest.
+	def(&c.OrphanInterval, jobs.PeriodMin)
 	def(&c.FetchPollInterval, 50*time.Millisecond)
 	def(&c.ReconcileWait, 300*time.Millisecond)
-	def(&c.Events.PollInterval, 100*time.Millisecond)
+	def(&c.Events.PollInterval, jobs.PeriodMin)
 	def(&c.Events.RetryBase, 50*time.Millisecond)
 	if c.WhatsAppAPIURL == "" {
 		c.WhatsAppAPIURL = waURL

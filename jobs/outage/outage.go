@@ -96,6 +96,7 @@ type Watch struct {
 	jitter  func() float64
 	mu      sync.Mutex
 	state   State
+	upSince time.Time     // when the watch was made or the dependency last came back
 	changed chan struct{} // closed and replaced when the dependency comes back
 }
 
@@ -104,7 +105,11 @@ func NewWatch(name string, cfg Config, logger *slog.Logger) *Watch {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Watch{name: name, cfg: cfg.WithDefaults(), logger: logger, now: time.Now, jitter: rand.Float64, changed: make(chan struct{})}
+	return newWatch(name, cfg, logger, time.Now)
+}
+
+func newWatch(name string, cfg Config, logger *slog.Logger, now func() time.Time) *Watch {
+	return &Watch{name: name, cfg: cfg.WithDefaults(), logger: logger, now: now, jitter: rand.Float64, upSince: now(), changed: make(chan struct{})}
 }
 
 // Report records the outcome of a try: err nil is a success; otherwise
@@ -125,6 +130,7 @@ func (w *Watch) Report(err error, down func(error) bool) bool {
 		next, back, downFor := w.state.Succeeded(now)
 		w.state = next
 		if back {
+			w.upSince = now
 			close(w.changed)
 			w.changed = make(chan struct{})
 			w.logger.Info(w.name+" is back", slog.Duration("down_for", downFor.Round(time.Millisecond)))
@@ -147,6 +153,23 @@ func (w *Watch) Down() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.state.Down
+}
+
+// UpFor is how long the dependency has been up as far as this watch knows:
+// since the watch was made or since it last came back; 0 while it is down.
+// A nil watch has always been up. A decision that other processes' silence
+// means they are gone waits until UpFor covers the silence: right after an
+// outage everyone was silent.
+func (w *Watch) UpFor() time.Duration {
+	if w == nil {
+		return 1<<63 - 1
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state.Down {
+		return 0
+	}
+	return w.now().Sub(w.upSince)
 }
 
 // Wait is how long a loop should wait before its next try (0: up).

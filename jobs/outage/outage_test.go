@@ -81,3 +81,31 @@ func TestWatchLogsOnceWhenItGoesAndOnceWhenItIsBack(t *testing.T) {
 		t.Fatal("still down after a success")
 	}
 }
+
+// UpFor counts from the watch's making and from each return, and is 0
+// while the dependency is down: right after an outage nobody has had time
+// to be heard from.
+func TestWatchUpForCountsFromTheReturn(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	w := newWatch("postgres", Config{}, slog.New(slog.DiscardHandler), func() time.Time { return now })
+	isDown := func(error) bool { return true }
+	now = now.Add(time.Minute)
+	if got := w.UpFor(); got != time.Minute {
+		t.Fatalf("up for %s a minute after the start; want 1m", got)
+	}
+	w.Report(errors.New("refused"), isDown)
+	now = now.Add(30 * time.Second)
+	if got := w.UpFor(); got != 0 {
+		t.Fatalf("up for %s while down; want 0", got)
+	}
+	w.Report(nil, isDown)
+	now = now.Add(5 * time.Second)
+	if got := w.UpFor(); got != 5*time.Second {
+		t.Fatalf("up for %s 5 s after the return; want 5s", got)
+	}
+	var none *Watch
+	if none.UpFor() < time.Hour {
+		t.Fatal("a nil watch (nothing watched) must count as up for ever")
+	}
+}

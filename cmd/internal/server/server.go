@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -22,7 +24,6 @@ import (
 	"github.com/ordo-dev/ordo/jobs"
 	"github.com/ordo-dev/ordo/jobs/metrics"
 	"github.com/ordo-dev/ordo/jobs/outage"
-	ordosql "github.com/ordo-dev/ordo/sql"
 	"github.com/ordo-dev/ordo/tenants"
 	"github.com/ordo-dev/ordo/web"
 )
@@ -56,7 +57,9 @@ const ShutdownMargin = 15 * time.Second
 
 // Run runs the server until ctx ends, then shuts down gracefully: stop
 // accepting, finish in-flight requests, let drains yield after their current
-// step, exit.
+// step, exit. It serves HTTP at once; a database that is away at start is
+// waited for (waitForDatabase) before the workers start, and ctx ending
+// meanwhile returns nil at once.
 func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 	if cfg.Role != "all" && cfg.Role != "api" && cfg.Role != "worker" {
 		return fmt.Errorf("--role %q: want all, api or worker", cfg.Role)
@@ -76,19 +79,13 @@ func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 		// A running drain holds a connection; the API and River need more.
 		poolCfg.MaxConns = int32(cfg.Jobs.WithDefaults().Workers + 25)
 	}
+	// The pool connects lazily: nothing below needs the database until
+	// waitForDatabase.
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return fmt.Errorf("open database pool: %w", err)
 	}
 	defer pool.Close()
-	// No primary reachable (a failover under way) is not a schema problem:
-	// say so, and exit for the supervisor to start us again.
-	if err := pool.Ping(ctx); err != nil {
-		return fmt.Errorf("connect to the database: %w", err)
-	}
-	if err := ordosql.CheckMigrated(ctx, pool); err != nil {
-		return fmt.Errorf("%w (run `ordo migrate up`)", err)
-	}
 	vault, err := tenants.NewVault(pool, cfg.Keys)
 	if err != nil {
 		return err
@@ -120,6 +117,30 @@ func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 		// No API: the probes and /metrics only.
 		srv.Handler = api.ProbeHandler()
 	}
+	// Served at once, database or not: /healthz says the process is up,
+	// /readyz answers 503 until the start is over (the database there, the
+	// workers started), the API's requests meanwhile 503 with Retry-After.
+	var started atomic.Bool
+	srv.Handler = untilStarted(&started, srv.Handler)
+	serveCh := make(chan error, 1)
+	go func() { serveCh <- srv.Serve(ln) }()
+	log.Info("serving", slog.String("addr", ln.Addr().String()))
+	stopServing := func() {
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownMargin)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}
+
+	// A server started before its database (a reboot, compose's order)
+	// waits for it; SIGTERM meanwhile exits at once.
+	if err := waitForDatabase(ctx, pool, cfg.Jobs.Database); err != nil {
+		stopServing()
+		if ctx.Err() != nil {
+			log.Info("stopped while waiting for the database")
+			return nil
+		}
+		return err
+	}
 
 	var runner *jobs.Runner
 	if cfg.Role != "api" {
@@ -127,15 +148,11 @@ func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 			err = runner.Start(ctx)
 		}
 		if err != nil {
-			_ = ln.Close()
+			stopServing()
 			return err
 		}
 		log.Info("workers started", slog.Int("workers", cfg.Jobs.WithDefaults().Workers))
 	}
-
-	serveCh := make(chan error, 1)
-	go func() { serveCh <- srv.Serve(ln) }()
-	log.Info("serving", slog.String("addr", ln.Addr().String()))
 	if cfg.Ready != nil {
 		if cfg.Role == "worker" {
 			cfg.Ready("")
@@ -143,6 +160,7 @@ func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 			cfg.Ready(ln.Addr().String())
 		}
 	}
+	started.Store(true)
 
 	select {
 	case <-ctx.Done():
@@ -162,4 +180,19 @@ func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 	}
 	log.Info("stopped")
 	return errors.Join(errs...)
+}
+
+// untilStarted answers /readyz 503 until started is set, and passes
+// everything else to next: a probe that sees the process ready sees it
+// whole, workers running and Ready called (ordo dev's banner printed).
+func untilStarted(started *atomic.Bool, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !started.Load() && r.URL.Path == "/readyz" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"status":"starting"}` + "\n"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
