@@ -39,12 +39,12 @@ WITH work AS (
 SELECT t.slug, coalesce(p.backlog, 0)::bigint,
        coalesce(extract(epoch FROM clock_timestamp() - p.oldest), 0)::float8,
        coalesce(p.halted, 0), coalesce(d.open, 0), t.sending_paused_at IS NOT NULL,
-       t.handler_down_since IS NOT NULL
+       t.handler_down_since IS NOT NULL, t.number_down_since IS NOT NULL
 FROM ordo.tenants t
 LEFT JOIN per_tenant p ON p.tenant_id = t.id
 LEFT JOIN dead d ON d.tenant_id = t.id
 WHERE p.tenant_id IS NOT NULL OR d.tenant_id IS NOT NULL OR t.sending_paused_at IS NOT NULL
-   OR t.handler_down_since IS NOT NULL`
+   OR t.handler_down_since IS NOT NULL OR t.number_down_since IS NOT NULL`
 
 // TenantStats reads the state of every tenant with a backlog, a halted
 // conversation, an open dead letter or paused sending: the database gauges
@@ -56,7 +56,7 @@ func (e *Engine) TenantStats(ctx context.Context) ([]metrics.TenantStats, error)
 			s      metrics.TenantStats
 			oldest float64
 		)
-		err := row.Scan(&s.Tenant, &s.Backlog, &oldest, &s.Halted, &s.OpenDeadLetters, &s.SendingPaused, &s.HandlerUnreachable)
+		err := row.Scan(&s.Tenant, &s.Backlog, &oldest, &s.Halted, &s.OpenDeadLetters, &s.SendingPaused, &s.HandlerUnreachable, &s.NumberUnreachable)
 		s.OldestUnfinished = time.Duration(oldest * float64(time.Second))
 		return s, err
 	})

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"time"
 
 	"github.com/riverqueue/river"
 )
@@ -54,4 +55,29 @@ func NoOverdraft(r *Runner) {
 	r.room.mu.Lock()
 	defer r.room.mu.Unlock()
 	r.room.Over = 0
+}
+
+// NumberCase is one row of the number evidence model's table, for the
+// test that holds ordo.number_failed to it: failures of Steps at offsets
+// At with Sent successful sends so far, and the verdict after each.
+type NumberCase struct {
+	Name  string
+	Steps []int64
+	At    []time.Duration
+	Sent  []int64
+	Want  []string
+}
+
+// NumberCases returns the model's table (number_evidence_test.go).
+func NumberCases() []NumberCase {
+	var out []NumberCase
+	for _, c := range numberCases {
+		nc := NumberCase{Name: c.name}
+		for i, ev := range c.events {
+			nc.Steps, nc.At, nc.Sent = append(nc.Steps, ev.step), append(nc.At, ev.at), append(nc.Sent, ev.sent)
+			nc.Want = append(nc.Want, c.want[i].String())
+		}
+		out = append(out, nc)
+	}
+	return out
 }

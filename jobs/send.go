@@ -36,7 +36,9 @@ func classifySend(err error) *failure {
 	if !ok {
 		a = actAmbiguous
 	}
-	return &failure{msg: se.Error(), action: a, class: se.Class.String(), retryAfter: se.RetryAfter}
+	reach := whatsapp.ReachOf(err)
+	return &failure{msg: se.Error(), action: a, class: se.Class.String(), retryAfter: se.RetryAfter,
+		reach: reach, answered: reach == whatsapp.Reached && se.HTTPStatus != 0}
 }
 
 // prepareSend readies a send step: the tenant's WhatsApp credential (the

@@ -134,7 +134,7 @@ FROM ordo.claim($1, $2, $3, $4, $5, $6, $7, $8)`
 SELECT t.slug, t.name, COALESCE(t.handler_url, ''), t.on_dead_letter, t.ambiguous, t.max_attempts,
        t.send_rate, t.pair_gap_ms, t.sending_paused_at, COALESCE(t.sending_paused_reason, ''), t.created_at,
        t.handler_mode, t.handler_timeout_ms, t.reply_deadline_ms, COALESCE(t.events_url, ''), t.weight, t.max_concurrency,
-       t.handler_down_since, t.handler_outage_limit_ms
+       t.handler_down_since, t.handler_outage_limit_ms, t.number_down_since
 FROM ordo.tenants t WHERE t.id = $1`
 )
 
@@ -229,7 +229,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 				if err := rows.Scan(&tt.Slug, &tt.Name, &tt.HandlerURL, &tt.OnDeadLetter, &tt.Ambiguous, &tt.MaxAttempts,
 					&tt.SendRate, &tt.PairGapMS, &tt.SendingPausedAt, &tt.SendingPausedReason, &tt.CreatedAt,
 					&tt.HandlerMode, &tt.HandlerTimeoutMS, &tt.ReplyDeadlineMS, &tt.EventsURL, &tt.Weight, &tt.MaxConcurrency,
-					&tt.HandlerDownSince, &tt.HandlerOutageLimitMS); err != nil {
+					&tt.HandlerDownSince, &tt.HandlerOutageLimitMS, &tt.NumberDownSince); err != nil {
 					return err
 				}
 			}

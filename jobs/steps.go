@@ -61,6 +61,9 @@ type run struct {
 	on tenants.Querier
 	// probing: this run holds the probe of the tenant's unreachable handler.
 	probing bool
+	// probingNumber: this run holds the probe of the tenant's unreachable
+	// WhatsApp number (number.go).
+	probingNumber bool
 	// goOn says, when the current message's last write is built, whether
 	// the run goes on to the next message: that write then reads (and may
 	// start) it. prefetched: the message in hand was read so.
@@ -167,6 +170,10 @@ type failure struct {
 	action     action
 	class      string // the channel's name for the failure (whatsapp.Class), if any
 	retryAfter time.Duration
+	// reach is what a failed send says of the Cloud API (number.go);
+	// answered: the Cloud API answered, about something else than itself.
+	reach    whatsapp.Reach
+	answered bool
 }
 
 func (f *failure) Error() string { return f.msg }
@@ -233,6 +240,12 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 			return out, err
 		}
 	}
+	if st.kind == "send" && r.numberOutage() {
+		// The attempt is recorded: one send at a time probes the number.
+		if out, ok, err := r.probeNumber(ctx, st); err != nil || !ok {
+			return out, err
+		}
+	}
 	st.started = false
 	if r.d.hooks.beforeEffect != nil {
 		r.d.hooks.beforeEffect(st.id)
@@ -266,6 +279,9 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 	var f *failure
 	if st.kind == "handle" && (err == nil || errors.As(err, &f) && f.action != actUnreachable && !f.silent) {
 		r.handlerAnswered(ctx)
+	}
+	if st.kind == "send" && (err == nil || errors.As(err, &f) && f.answered) {
+		r.numberAnswered(ctx)
 	}
 	if r.d.hooks.afterEffect != nil {
 		r.d.hooks.afterEffect(st.id)
@@ -533,6 +549,13 @@ const deadLetterQuery = `SELECT ordo.dead_letter($1, $2, $3, $4, $5, $6, $7, $8:
 // sending, or — permanent, or out of attempts — dead-letter the message.
 func (r *run) failed(ctx context.Context, m message, st *step, f *failure) (outcome, error) {
 	entry := errorEntry(st.attempts, f.msg, f.class)
+	if st.kind == "send" && f.reach != whatsapp.Reached && (r.tenant.NumberDownSince == nil || r.numberOutage()) {
+		// Evidence that the number is away (number.go); past the outage
+		// limit its failures count as attempts again.
+		if out, handled, err := r.numberFailed(ctx, st, f, entry); err != nil || handled {
+			return out, err
+		}
+	}
 	switch {
 	case f.action == actPause:
 		return r.pauseSending(ctx, st, f.msg, entry)

@@ -88,11 +88,22 @@ type Tenant struct {
 	// HandlerDownReason is the last probe's failure while the handler is
 	// unreachable.
 	HandlerDownReason string `json:"handler_down_reason,omitempty"`
-	// HandlerOutageLimitMS is how long the handler may be unreachable before
-	// its messages are retried and dead-lettered as usual, in milliseconds;
+	// HandlerOutageLimitMS is how long the handler — or the WhatsApp number
+	// (NumberDownSince) — may be unreachable before its messages are
+	// retried and dead-lettered as usual, in milliseconds;
 	// HandlerOutageLimitDefault unless changed (Meta retries its webhooks
 	// for about as long).
 	HandlerOutageLimitMS int64 `json:"handler_outage_limit_ms"`
+	// NumberDownSince is set while the tenant's WhatsApp number is
+	// unreachable through the Cloud API (5xx answers, Meta's "service
+	// unavailable" codes, refused connections or timeouts for several
+	// different messages): its sends wait, one probe send at a time looks
+	// for it, and they go on in order when the Cloud API answers. Past
+	// HandlerOutageLimitMS its failures count as attempts again.
+	NumberDownSince *time.Time `json:"number_down_since,omitempty"`
+	// NumberDownReason is the last probe's failure while the number is
+	// unreachable.
+	NumberDownReason string `json:"number_down_reason,omitempty"`
 	// MarkRead: each inbound message received through the webhook that
 	// goes to the handler is marked read, with a typing indicator, before
 	// its replies are sent (jobs/markread.go). Off by default.
@@ -132,7 +143,8 @@ const (
 const tenantColumns = `id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
        sending_paused_at, COALESCE(sending_paused_reason, ''), created_at, extract(epoch FROM retention)::bigint,
        weight, max_concurrency, handler_mode, handler_timeout_ms, reply_deadline_ms, COALESCE(events_url, ''),
-       handler_down_since, COALESCE(handler_down_reason, ''), handler_outage_limit_ms, mark_read, retry_timeouts`
+       handler_down_since, COALESCE(handler_down_reason, ''), handler_outage_limit_ms, mark_read, retry_timeouts,
+       number_down_since, COALESCE(number_down_reason, '')`
 
 // Querier is what a write runs on: the pool, or a caller's transaction
 // (sql.Querier).
@@ -546,7 +558,8 @@ func scanTenant(row pgx.Row) (Tenant, error) {
 	err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.HandlerURL, &t.OnDeadLetter, &t.Ambiguous, &t.MaxAttempts,
 		&t.SendRate, &t.PairGapMS, &t.SendingPausedAt, &t.SendingPausedReason, &t.CreatedAt, &retention,
 		&t.Weight, &t.MaxConcurrency, &t.HandlerMode, &t.HandlerTimeoutMS, &t.ReplyDeadlineMS, &t.EventsURL,
-		&t.HandlerDownSince, &t.HandlerDownReason, &t.HandlerOutageLimitMS, &t.MarkRead, &t.RetryTimeouts)
+		&t.HandlerDownSince, &t.HandlerDownReason, &t.HandlerOutageLimitMS, &t.MarkRead, &t.RetryTimeouts,
+		&t.NumberDownSince, &t.NumberDownReason)
 	t.Retention = Retention(time.Duration(retention) * time.Second)
 	return t, err
 }

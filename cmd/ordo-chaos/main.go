@@ -43,6 +43,7 @@ func main() {
 	fs.DurationVar(&c.HostileFor, "hostile", 20*time.Second, "how long strangers flood the webhook with 200 concurrent unsigned 8 MB posts, once, while the load flows (0: no flood)")
 	fs.DurationVar(&c.PGAway, "pg-away", chaos.PGAwayDefault, "how long Postgres is stopped, once, under load (negative: no outage; not with --ha)")
 	fs.DurationVar(&c.HandlerOutage, "handler-outage", 0, fmt.Sprintf("how long the tenants' handler is away, once: refusing connections, then n8n's 404 (0: %s when --duration is at least %s, else half of --duration; negative: none)", chaos.HandlerOutageFull, chaos.HandlerOutageFullFrom))
+	fs.DurationVar(&c.CloudAPIOutage, "cloudapi-outage", chaos.CloudAPIOutageDefault, "how long the Cloud API answers every send 503 (131016), once, in a run long enough for it and 30 s of load after (negative: none)")
 	fs.BoolVar(&c.HA, "ha", false, "run the database as a Patroni cluster (etcd, a primary, two standbys, synchronous replication; patroni and etcd-server installed with apt-get if missing) and inject failovers instead of Postgres restarts")
 	fs.IntVar(&c.Failovers, "failovers", 0, fmt.Sprintf("with --ha, how many of each failover fault (0: one per %s of load, at least one)", chaos.FailoverEvery))
 	fs.StringVar(&c.SoakDir, "soak", "", "make the run a soak (make soak): faults every few minutes, load at half of --capacity, a sample each --sample-every; its table (report.md) and plot (soak.png) are written to this directory")

@@ -130,7 +130,7 @@ func tenantUpdate(ctx context.Context, env *cli.Env, args []string) error {
 	handlerTimeout := fs.Duration("handler-timeout", 0, fmt.Sprintf("how long one handler call may take, 1s..10m (default %s)", tenants.HandlerTimeoutDefault))
 	replyDeadline := fs.Duration("reply-deadline", 0, fmt.Sprintf("how long an async handler has to post its replies, 1s..24h (default %s)", tenants.ReplyDeadlineDefault))
 	eventsURL := fs.String("events-url", "", `where the tenant's events are POSTed; "" removes it`)
-	outageLimit := fs.Duration("handler-outage-limit", 0, fmt.Sprintf("how long the handler may be unreachable (refusing connections, 404, 502-504) while its conversations wait, before messages are dead-lettered, 1m..168h (default %s)", tenants.HandlerOutageLimitDefault))
+	outageLimit := fs.Duration("handler-outage-limit", 0, fmt.Sprintf("how long the handler (refusing connections, 404, 502-504) or the WhatsApp number (the Cloud API's 5xx, refused connections, timeouts) may be unreachable while the conversations wait, before messages are dead-lettered, 1m..168h (default %s)", tenants.HandlerOutageLimitDefault))
 	markRead := fs.Bool("mark-read", false, "mark each inbound message read, with a typing indicator, before its handler's replies are sent (--mark-read=true; default off)")
 	retryTimeouts := fs.Bool("retry-timeouts", false, "make a sync handler call that timed out again (default false: the workflow may still be running, and a retry runs it once more)")
 	if err := cli.ParseFlags(fs, args); err != nil {

@@ -108,7 +108,7 @@ const (
 	StepAmbiguous = "ambiguous" // may have gone out; settled before any resend
 	StepDead      = "dead"      // dead-lettered
 	StepPaused    = "paused"    // the tenant's sending paused; the attempt given back
-	StepWaiting   = "waiting"   // the tenant's handler unreachable; the attempt given back
+	StepWaiting   = "waiting"   // the tenant's handler or number unreachable; the attempt given back
 )
 
 // latencyBuckets are for calls to the outside (a send, a handler): from a

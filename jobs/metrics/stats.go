@@ -28,6 +28,9 @@ type TenantStats struct {
 	// HandlerUnreachable says the tenant's handler does not answer: its
 	// conversations wait for it.
 	HandlerUnreachable bool
+	// NumberUnreachable says the Cloud API does not serve the tenant's
+	// WhatsApp number: its sends wait for it.
+	NumberUnreachable bool
 }
 
 // StatsFunc reads every tenant that has a backlog, a halted conversation, an
@@ -47,7 +50,7 @@ type statsCollector struct {
 	ttl, limit time.Duration
 	maxTenants int
 
-	backlog, oldest, halted, deadLetters, paused, unreachable, up, age *prometheus.Desc
+	backlog, oldest, halted, deadLetters, paused, unreachable, numberDown, up, age *prometheus.Desc
 
 	mu     sync.Mutex
 	at     time.Time
@@ -67,13 +70,14 @@ func newStatsCollector(cfg Config) *statsCollector {
 		deadLetters: d("dead_letters_open", "Dead letters neither replayed nor skipped, by tenant.", "tenant"),
 		paused:      d("sending_paused_tenants", "Tenants whose sending is paused (until `ordo tenant resume`)."),
 		unreachable: d("handler_unreachable", "1 for each tenant whose handler does not answer (its conversations wait; one probe at a time looks for it).", "tenant"),
+		numberDown:  d("number_unreachable", "1 for each tenant whose WhatsApp number the Cloud API does not serve (its sends wait; one probe send at a time looks for it).", "tenant"),
 		up:          d("stats_up", "1 if the last read of the database gauges succeeded."),
 		age:         d("stats_age_seconds", "Age of the database gauges served (they are cached for a few seconds)."),
 	}
 }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.backlog, c.oldest, c.halted, c.deadLetters, c.paused, c.unreachable, c.up, c.age} {
+	for _, d := range []*prometheus.Desc{c.backlog, c.oldest, c.halted, c.deadLetters, c.paused, c.unreachable, c.numberDown, c.up, c.age} {
 		ch <- d
 	}
 }
@@ -120,6 +124,9 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		if r.HandlerUnreachable {
 			// Never folded into _other: an outage is what an alert is for.
 			ch <- prometheus.MustNewConstMetric(c.unreachable, prometheus.GaugeValue, 1, r.Tenant)
+		}
+		if r.NumberUnreachable {
+			ch <- prometheus.MustNewConstMetric(c.numberDown, prometheus.GaugeValue, 1, r.Tenant)
 		}
 		if i >= c.maxTenants {
 			other.Backlog += r.Backlog

@@ -1,6 +1,7 @@
 package whatsapp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -255,4 +256,51 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 		}
 	}
 	return 0
+}
+
+// Reach says what a failed send tells of the Cloud API itself, apart from
+// the message: whether it was there to serve the number.
+type Reach int
+
+const (
+	// Reached: the Cloud API answered about the message, the recipient or
+	// the account (any 4xx, a throttle, a pause), or the caller gave up
+	// (a cancelled context says nothing of Meta).
+	Reached Reach = iota
+	// NotReached: the request never reached Meta (connection refused, DNS,
+	// TLS): the message certainly did not go out.
+	NotReached
+	// ServerError: Meta, or its front end, answered with a server error —
+	// a 5xx, or a code that means its service is away (1 "API unknown",
+	// 2 "API service: temporary downtime", 131000 "something went wrong",
+	// 131016 "service unavailable"). Ambiguous as a send, as Classify says.
+	ServerError
+	// NoAnswer: the request went out and no answer came (a timeout, a
+	// dropped connection): the message may have gone out.
+	NoAnswer
+)
+
+// unavailableCodes are Meta's codes that say its service, not the
+// message, failed.
+var unavailableCodes = map[int]bool{1: true, 2: true, 131000: true, 131016: true}
+
+// ReachOf says what err, a failed send, tells of the Cloud API's
+// reachability. Only Retry and Ambiguous failures can be outages: a
+// throttle, a pause or a permanent error is an answer about something else.
+func ReachOf(err error) Reach {
+	var se *SendError
+	if !errors.As(err, &se) || errors.Is(err, context.Canceled) {
+		return Reached
+	}
+	switch {
+	case se.Class == Retry && se.HTTPStatus == 0:
+		return NotReached
+	case se.Class != Ambiguous:
+		return Reached
+	case se.HTTPStatus >= 500 || unavailableCodes[se.Code]:
+		return ServerError
+	case se.HTTPStatus == 0:
+		return NoAnswer
+	}
+	return Reached
 }

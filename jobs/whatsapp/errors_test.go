@@ -166,3 +166,36 @@ func TestParseRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// What a failed send says of the Cloud API itself: only a refused
+// connection, a server error (5xx, Meta's service codes) or no answer can
+// be an outage; an answer about the message or the account, or the
+// caller's own cancellation, is not.
+func TestReachOf(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct {
+		err  error
+		want Reach
+	}{
+		"refused":            {&SendError{Class: Retry, Code: NoCode, Err: errors.New("connection refused")}, NotReached},
+		"503":                {&SendError{Class: Ambiguous, HTTPStatus: 503, Code: NoCode}, ServerError},
+		"500 131000":         {&SendError{Class: Ambiguous, HTTPStatus: 500, Code: 131000}, ServerError},
+		"400 131016":         {&SendError{Class: Ambiguous, HTTPStatus: 400, Code: 131016}, ServerError},
+		"200 code 2":         {&SendError{Class: Ambiguous, HTTPStatus: 200, Code: 2}, ServerError},
+		"timeout":            {&SendError{Class: Ambiguous, Code: NoCode, Err: context.DeadlineExceeded}, NoAnswer},
+		"cancelled":          {&SendError{Class: Ambiguous, Code: NoCode, Err: context.Canceled}, Reached},
+		"cancelled unsent":   {&SendError{Class: Retry, Code: NoCode, Err: context.Canceled}, Reached},
+		"2xx without an id":  {&SendError{Class: Ambiguous, HTTPStatus: 200, Code: NoCode}, Reached},
+		"408":                {&SendError{Class: Ambiguous, HTTPStatus: 408, Code: NoCode}, Reached},
+		"throttled 503":      {&SendError{Class: Throttled, HTTPStatus: 503, Code: 130429}, Reached},
+		"paused 500":         {&SendError{Class: Paused, HTTPStatus: 500, Code: 190}, Reached},
+		"permanent 131026":   {&SendError{Class: Permanent, HTTPStatus: 400, Code: 131026}, Reached},
+		"not a send error":   {errors.New("boom"), Reached},
+		"wrapped server err": {fmt.Errorf("send: %w", &SendError{Class: Ambiguous, HTTPStatus: 502, Code: NoCode}), ServerError},
+	}
+	for name, c := range cases {
+		if got := ReachOf(c.err); got != c.want {
+			t.Errorf("%s: %d, want %d", name, got, c.want)
+		}
+	}
+}

@@ -1,7 +1,9 @@
 -- ordo.wake_waiting wakes the conversations of tenant p_tenant that wait
--- for what p_for names — 'sending' (paused_wait: its sending was paused)
--- or 'handler' (handler_wait: its handler was unreachable) — once that is
--- over (ordo.resume_sending, ordo.handler_back), and clears their mark.
+-- for what p_for names — 'sending' (paused_wait: its sending was paused),
+-- 'handler' (handler_wait: its handler was unreachable) or 'number'
+-- (number_wait: the Cloud API did not serve its number) — once that is
+-- over (ordo.resume_sending, ordo.handler_back, ordo.number_back), and
+-- clears their mark.
 --
 -- A drain that finds the tenant paused or its handler away marks its
 -- conversation in a transaction that holds the conversation row. So that
@@ -26,19 +28,20 @@ BEGIN
     FOR v_c IN
         SELECT c.id FROM ordo.conversations c
         WHERE c.tenant_id = p_tenant
-          AND (CASE p_for WHEN 'sending' THEN c.paused_wait ELSE c.handler_wait END
+          AND (CASE p_for WHEN 'sending' THEN c.paused_wait WHEN 'number' THEN c.number_wait ELSE c.handler_wait END
                OR EXISTS (SELECT 1 FROM ordo.ready r WHERE r.conversation_pk = c.id))
         ORDER BY c.conversation_id COLLATE "C"
     LOOP
         BEGIN
             PERFORM set_config('lock_timeout', '200ms', true);
             PERFORM 1 FROM ordo.conversations c
-            WHERE c.id = v_c.id AND CASE p_for WHEN 'sending' THEN c.paused_wait ELSE c.handler_wait END
+            WHERE c.id = v_c.id AND CASE p_for WHEN 'sending' THEN c.paused_wait WHEN 'number' THEN c.number_wait ELSE c.handler_wait END
             FOR NO KEY UPDATE;
             IF FOUND THEN
                 UPDATE ordo.conversations c
                 SET paused_wait  = c.paused_wait AND p_for <> 'sending',
-                    handler_wait = c.handler_wait AND p_for <> 'handler'
+                    handler_wait = c.handler_wait AND p_for <> 'handler',
+                    number_wait  = c.number_wait AND p_for <> 'number'
                 WHERE c.id = v_c.id;
                 PERFORM ordo.wake_conversation(v_c.id);
             END IF;

@@ -156,6 +156,10 @@ type Config struct {
 	// n8n's 404. Default HandlerOutageFull when Duration is at least
 	// HandlerOutageFullFrom, else half of Duration; negative: no outage.
 	HandlerOutage time.Duration
+	// CloudAPIOutage is how long the Cloud API answers every send 503,
+	// once (fault_cloudapi_outage.go), in a run long enough for it and
+	// 30 s of load after. Default CloudAPIOutageDefault; negative: none.
+	CloudAPIOutage time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -197,6 +201,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.Lease, 4*time.Second)
 	setDur(&c.SendTimeout, 1500*time.Millisecond)
 	setDur(&c.PGAway, PGAwayDefault)
+	setDur(&c.CloudAPIOutage, CloudAPIOutageDefault)
 	return c
 }
 

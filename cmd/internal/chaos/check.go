@@ -411,7 +411,7 @@ func chaosFaultSummary(f map[string]int) string {
 	kinds := []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall,
 		faultProvider500, faultProviderTimeout, faultProviderDelivered, faultProviderPairRate, faultProviderPermanent}
 	for _, k := range []string{faultRollingDeploy, faultOperatorResolve, faultHostileFlood, faultPGAway, faultHandlerOutage, faultHAPrimaryKill, faultHASwitchover, faultHAStandbyRestart,
-		faultWorkerDBCut, faultWorkerAPICut, faultPGSlow} {
+		faultWorkerDBCut, faultWorkerAPICut, faultPGSlow, faultCloudAPIOutage} {
 		if f[k] > 0 { // optional kinds: named only when the run had them
 			kinds = append(kinds, k)
 		}

@@ -52,6 +52,10 @@ type chaosProvider struct {
 	ledger    *chaosLedger    // the clients' record, to judge when each message starts
 	delivered map[string]bool // chaosSendKey of every send delivered so far
 	rec       chaosProviderRecord
+	// outage: the Cloud API is away (fault_cloudapi_outage.go): every send
+	// is answered 503; outageAnswers counts them.
+	outage        bool
+	outageAnswers int
 }
 
 // chaosProviderRecord is what the provider did besides delivering.
@@ -108,6 +112,9 @@ func (p *chaosProvider) respond(req whatsapptest.Send, attempt int) whatsapptest
 	}
 	if d := whatsapptest.Default(req, attempt); d.Status != http.StatusOK {
 		return d
+	}
+	if a, ok := p.outageAnswer(); ok {
+		return a // not a start of the message: nothing went out
 	}
 	key := chaosSendKey(req.PhoneNumberID, req.To, req.Text)
 	if p.attempts[key] == 0 && p.rec.permanent[req.Text] == 0 {
