@@ -51,7 +51,14 @@ type adminTenantView struct {
 	MarkRead            bool             `json:"mark_read"`
 	SendingPaused       bool             `json:"sending_paused"`
 	SendingPausedReason string           `json:"sending_paused_reason"`
-	Keys                []tenants.APIKey `json:"api_keys"`
+	// HandlerDownSince and NumberDownSince are set while the tenant's
+	// handler, or its WhatsApp number, is unreachable (its conversations
+	// wait), with what the last failure said.
+	HandlerDownSince  *time.Time       `json:"handler_down_since"`
+	HandlerDownReason string           `json:"handler_down_reason,omitempty"`
+	NumberDownSince   *time.Time       `json:"number_down_since"`
+	NumberDownReason  string           `json:"number_down_reason,omitempty"`
+	Keys              []tenants.APIKey `json:"api_keys"`
 	// WhatsApp says which of the credential's fields are set: "set",
 	// "not set" or "unreadable" (a master key is missing).
 	WhatsApp       string          `json:"whatsapp"`
@@ -74,6 +81,8 @@ func viewOf(t tenants.Tenant) adminTenantView {
 		PairGapMS: t.PairGapMS, Weight: t.Weight, MaxConcurrency: t.MaxConcurrency, Retention: t.Retention.String(),
 		HandlerMode: t.HandlerMode, HandlerTimeoutMS: t.HandlerTimeoutMS, ReplyDeadlineMS: t.ReplyDeadlineMS, MarkRead: t.MarkRead,
 		SendingPaused: t.SendingPausedAt != nil, SendingPausedReason: t.SendingPausedReason, Keys: []tenants.APIKey{},
+		HandlerDownSince: t.HandlerDownSince, HandlerDownReason: t.HandlerDownReason,
+		NumberDownSince: t.NumberDownSince, NumberDownReason: t.NumberDownReason,
 		WhatsApp: "not set", WhatsAppFields: map[string]bool{}, HandlerAuth: "none"}
 }
 
