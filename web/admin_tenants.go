@@ -33,24 +33,24 @@ var whatsappFields = []string{"phone_number_id", "access_token", "app_secret", "
 // secret. The handler and events URLs are shown as set or not (n8n webhook
 // URLs are bearer secrets of their own).
 type adminTenantView struct {
-	Slug                string           `json:"slug"`
-	Name                string           `json:"name"`
-	HandlerURLSet       bool             `json:"handler_url_set"`
-	EventsURLSet        bool             `json:"events_url_set"`
-	OnDeadLetter        string           `json:"on_dead_letter"`
-	Ambiguous           string           `json:"ambiguous"`
-	MaxAttempts         int              `json:"max_attempts"`
-	SendRate            int              `json:"send_rate"`
-	PairGapMS           int              `json:"pair_gap_ms"`
-	Weight              int              `json:"weight"`
-	MaxConcurrency      int              `json:"max_concurrency"`
-	Retention           string           `json:"retention"`
-	HandlerMode         string           `json:"handler_mode"`
-	HandlerTimeoutMS    int              `json:"handler_timeout_ms"`
-	ReplyDeadlineMS     int              `json:"reply_deadline_ms"`
-	MarkRead            bool             `json:"mark_read"`
-	SendingPaused       bool             `json:"sending_paused"`
-	SendingPausedReason string           `json:"sending_paused_reason"`
+	Slug                string `json:"slug"`
+	Name                string `json:"name"`
+	HandlerURLSet       bool   `json:"handler_url_set"`
+	EventsURLSet        bool   `json:"events_url_set"`
+	OnDeadLetter        string `json:"on_dead_letter"`
+	Ambiguous           string `json:"ambiguous"`
+	MaxAttempts         int    `json:"max_attempts"`
+	SendRate            int    `json:"send_rate"`
+	PairGapMS           int    `json:"pair_gap_ms"`
+	Weight              int    `json:"weight"`
+	MaxConcurrency      int    `json:"max_concurrency"`
+	Retention           string `json:"retention"`
+	HandlerMode         string `json:"handler_mode"`
+	HandlerTimeoutMS    int    `json:"handler_timeout_ms"`
+	ReplyDeadlineMS     int    `json:"reply_deadline_ms"`
+	MarkRead            bool   `json:"mark_read"`
+	SendingPaused       bool   `json:"sending_paused"`
+	SendingPausedReason string `json:"sending_paused_reason"`
 	// HandlerDownSince and NumberDownSince are set while the tenant's
 	// handler, or its WhatsApp number, is unreachable (its conversations
 	// wait), with what the last failure said.
