@@ -22,7 +22,7 @@ SELECT t.slug, t.name, t.handler_url IS NOT NULL, t.on_dead_letter, t.ambiguous,
        t.send_rate, t.pair_gap_ms, t.weight, t.max_concurrency, t.sending_paused_at, coalesce(t.sending_paused_reason, ''),
        coalesce((SELECT array_agg(cr.name ORDER BY cr.name) FROM ordo.credentials cr WHERE cr.tenant_id = t.id), '{}'),
        (SELECT count(*) FROM ordo.dead_letters d WHERE d.tenant_id = t.id AND d.resolved_at IS NULL),
-       t.created_at
+       t.created_at, t.handler_down_since, t.number_down_since
 FROM ordo.tenants t
 ORDER BY t.slug
 LIMIT 200`
@@ -77,6 +77,11 @@ type AdminTenant struct {
 	Credentials         []string   `json:"credentials"`
 	OpenDeadLetters     int64      `json:"open_dead_letters"`
 	CreatedAt           time.Time  `json:"created_at"`
+	// HandlerDownSince and NumberDownSince are set while the tenant's
+	// handler, or its WhatsApp number at the Cloud API, is unreachable:
+	// its conversations wait for it (no dead letter, no halt).
+	HandlerDownSince *time.Time `json:"handler_down_since"`
+	NumberDownSince  *time.Time `json:"number_down_since"`
 }
 
 // AdminConversation is a conversation that is halted or has a backlog.

@@ -33,25 +33,32 @@ var whatsappFields = []string{"phone_number_id", "access_token", "app_secret", "
 // secret. The handler and events URLs are shown as set or not (n8n webhook
 // URLs are bearer secrets of their own).
 type adminTenantView struct {
-	Slug                string           `json:"slug"`
-	Name                string           `json:"name"`
-	HandlerURLSet       bool             `json:"handler_url_set"`
-	EventsURLSet        bool             `json:"events_url_set"`
-	OnDeadLetter        string           `json:"on_dead_letter"`
-	Ambiguous           string           `json:"ambiguous"`
-	MaxAttempts         int              `json:"max_attempts"`
-	SendRate            int              `json:"send_rate"`
-	PairGapMS           int              `json:"pair_gap_ms"`
-	Weight              int              `json:"weight"`
-	MaxConcurrency      int              `json:"max_concurrency"`
-	Retention           string           `json:"retention"`
-	HandlerMode         string           `json:"handler_mode"`
-	HandlerTimeoutMS    int              `json:"handler_timeout_ms"`
-	ReplyDeadlineMS     int              `json:"reply_deadline_ms"`
-	MarkRead            bool             `json:"mark_read"`
-	SendingPaused       bool             `json:"sending_paused"`
-	SendingPausedReason string           `json:"sending_paused_reason"`
-	Keys                []tenants.APIKey `json:"api_keys"`
+	Slug                string `json:"slug"`
+	Name                string `json:"name"`
+	HandlerURLSet       bool   `json:"handler_url_set"`
+	EventsURLSet        bool   `json:"events_url_set"`
+	OnDeadLetter        string `json:"on_dead_letter"`
+	Ambiguous           string `json:"ambiguous"`
+	MaxAttempts         int    `json:"max_attempts"`
+	SendRate            int    `json:"send_rate"`
+	PairGapMS           int    `json:"pair_gap_ms"`
+	Weight              int    `json:"weight"`
+	MaxConcurrency      int    `json:"max_concurrency"`
+	Retention           string `json:"retention"`
+	HandlerMode         string `json:"handler_mode"`
+	HandlerTimeoutMS    int    `json:"handler_timeout_ms"`
+	ReplyDeadlineMS     int    `json:"reply_deadline_ms"`
+	MarkRead            bool   `json:"mark_read"`
+	SendingPaused       bool   `json:"sending_paused"`
+	SendingPausedReason string `json:"sending_paused_reason"`
+	// HandlerDownSince and NumberDownSince are set while the tenant's
+	// handler, or its WhatsApp number, is unreachable (its conversations
+	// wait), with what the last failure said.
+	HandlerDownSince  *time.Time       `json:"handler_down_since"`
+	HandlerDownReason string           `json:"handler_down_reason,omitempty"`
+	NumberDownSince   *time.Time       `json:"number_down_since"`
+	NumberDownReason  string           `json:"number_down_reason,omitempty"`
+	Keys              []tenants.APIKey `json:"api_keys"`
 	// WhatsApp says which of the credential's fields are set: "set",
 	// "not set" or "unreadable" (a master key is missing).
 	WhatsApp       string          `json:"whatsapp"`
@@ -74,6 +81,8 @@ func viewOf(t tenants.Tenant) adminTenantView {
 		PairGapMS: t.PairGapMS, Weight: t.Weight, MaxConcurrency: t.MaxConcurrency, Retention: t.Retention.String(),
 		HandlerMode: t.HandlerMode, HandlerTimeoutMS: t.HandlerTimeoutMS, ReplyDeadlineMS: t.ReplyDeadlineMS, MarkRead: t.MarkRead,
 		SendingPaused: t.SendingPausedAt != nil, SendingPausedReason: t.SendingPausedReason, Keys: []tenants.APIKey{},
+		HandlerDownSince: t.HandlerDownSince, HandlerDownReason: t.HandlerDownReason,
+		NumberDownSince: t.NumberDownSince, NumberDownReason: t.NumberDownReason,
 		WhatsApp: "not set", WhatsAppFields: map[string]bool{}, HandlerAuth: "none"}
 }
 

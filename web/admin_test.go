@@ -214,6 +214,27 @@ func TestAdminAuthCSRFAndSecrets(t *testing.T) {
 	if paused[0].SendingPausedAt == nil || paused[0].SendingPausedReason != "account locked (131031)" {
 		t.Errorf("a paused tenant shows as %+v", paused[0])
 	}
+	// A dependency away shows too (issue 23: "the admin page shows it").
+	if _, err := e.Pool.Exec(context.Background(), `UPDATE ordo.tenants SET handler_down_since = now(), handler_down_reason = 'connection refused',
+		number_down_since = now(), number_down_reason = '503 (131016)'`); err != nil {
+		t.Fatal(err)
+	}
+	away := decode[struct{ Items []engine.AdminTenant }](t, e.call(t, request{method: http.MethodGet, path: "/admin/api/tenants", header: auth})).Items
+	if away[0].HandlerDownSince == nil || away[0].NumberDownSince == nil {
+		t.Errorf("a tenant whose handler and number are away shows as %+v", away[0])
+	}
+	one := e.call(t, request{method: http.MethodGet, path: "/admin/api/tenants/acme", header: auth})
+	mustStatus(t, "tenant", one, http.StatusOK)
+	var view struct {
+		HandlerDownSince  *time.Time `json:"handler_down_since"`
+		HandlerDownReason string     `json:"handler_down_reason"`
+		NumberDownSince   *time.Time `json:"number_down_since"`
+		NumberDownReason  string     `json:"number_down_reason"`
+	}
+	if err := json.Unmarshal(one.body, &view); err != nil || view.HandlerDownSince == nil || view.HandlerDownReason != "connection refused" ||
+		view.NumberDownSince == nil || view.NumberDownReason != "503 (131016)" {
+		t.Errorf("the tenant page's data: %+v (%v); want the handler and the number away, with their reasons", view, err)
+	}
 	if o.Sandbox || len(o.SandboxSends) != 0 {
 		t.Errorf("overview shows the sandbox while it is off")
 	}

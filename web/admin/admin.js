@@ -501,7 +501,8 @@
     wrap.id = "tenants";
     wrap.append(card("Tenants", table(["tenant", "name", "sending", "handler", "on dead letter", "credentials", "open dead letters", "created"],
       list.map((t) => ({ id: t.slug, cls: t.sending_paused_at ? "halted" : "", cells: [link(t.slug, "#/tenant/" + enc(t.slug), "mono"), t.name,
-        pill(t.sending_paused_at ? "paused" : "active"), t.handler_url_set ? "set" : "none", t.on_dead_letter, (t.credentials || []).join(", ") || "none",
+        pill(t.sending_paused_at ? "paused" : t.number_down_since ? "number away" : "active"),
+        t.handler_url_set ? (t.handler_down_since ? "away since " + when(t.handler_down_since) : "set") : "none", t.on_dead_letter, (t.credentials || []).join(", ") || "none",
         t.open_dead_letters, when(t.created_at)] })), "No tenants yet.")));
     if (me.role === "admin") {
       const f = el("form", undefined, "filters");
@@ -580,7 +581,12 @@
       });
     sendBtn.id = t.sending_paused ? "resume" : "pause";
     wrap.append(h("div", "page-head", el("h1", slug, "mono"), pill(t.sending_paused ? "paused" : "active"),
-      el("span", t.sending_paused ? t.sending_paused_reason : t.name, "muted"), sendBtn,
+      el("span", t.sending_paused ? t.sending_paused_reason : t.name, "muted"),
+      // A dependency away is a state its conversations wait out (no dead
+      // letter, no halt): say so, and since when.
+      t.handler_down_since ? el("span", "handler unreachable since " + when(t.handler_down_since) + (t.handler_down_reason ? ": " + t.handler_down_reason : ""), "pill st-dead") : null,
+      t.number_down_since ? el("span", "WhatsApp number unreachable since " + when(t.number_down_since) + (t.number_down_reason ? ": " + t.number_down_reason : ""), "pill st-dead") : null,
+      sendBtn,
       link("messages →", "#/messages?" + query({ tenant: slug })), link("dead letters →", "#/dead-letters?" + query({ tenant: slug }))));
     const once = onceBox();
     if (once) wrap.append(once);
