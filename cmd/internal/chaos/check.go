@@ -312,7 +312,7 @@ func chaosJudge(in chaosInput) *Report {
 			rep.hostile = append(rep.hostile, h.describe())
 		}
 		rep.add("a hostile flood keeps memory and latency bounded", len(problems) == 0,
-			fmt.Sprintf("RSS within %d MB of before, real REST and signed webhook p99 under %s: %s", HostileRSSGrowthMax>>20, HostileP99Max, strings.Join(figures, "; ")), problems...)
+			fmt.Sprintf("RSS within %d MB of before, real REST and signed webhook p99 under %s (or %.1f× their p99 just before, when that was over it): %s", HostileRSSGrowthMax>>20, HostileP99Max, HostileP99Ratio, strings.Join(figures, "; ")), problems...)
 	}
 
 	// 5e. A dependency away is a state: Postgres (quiet logs, 503 with

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -198,6 +199,24 @@ func TestChaosJudge(t *testing.T) {
 			h.webhook = []time.Duration{1500 * time.Millisecond}
 			in.hostile = []hostileRecord{h}
 		}, "a hostile flood keeps memory and latency bounded"},
+		{"a busy machine: over a second before the flood and no slower in it", func(in *chaosInput) {
+			// make chaos seed 1 at load 10: REST p99 2.394s just before the
+			// flood, 1.91s in it. The machine was slow, not the flood.
+			h := calmFlood()
+			h.rest, h.restBefore = slowBy(h.rest, 1900*time.Millisecond), slowBy(h.rest, 2400*time.Millisecond)
+			h.webhook, h.webhookBefore = slowBy(h.webhook, 1900*time.Millisecond), slowBy(h.webhook, 1300*time.Millisecond)
+			in.hostile = []hostileRecord{h}
+		}, ""},
+		{"a busy machine, and the flood slows it by more than half again", func(in *chaosInput) {
+			h := calmFlood()
+			h.rest, h.restBefore = slowBy(h.rest, 4*time.Second), slowBy(h.rest, 2*time.Second)
+			in.hostile = []hostileRecord{h}
+		}, "a hostile flood keeps memory and latency bounded"},
+		{"over a second in the flood, with nothing measured before it", func(in *chaosInput) {
+			h := calmFlood()
+			h.rest = slowBy(h.rest, 1500*time.Millisecond)
+			in.hostile = []hostileRecord{h}
+		}, "a hostile flood keeps memory and latency bounded"},
 		{"an unsigned flood body accepted", func(in *chaosInput) {
 			h := calmFlood()
 			h.outcomes["200"] = 1
@@ -256,6 +275,15 @@ func calmFlood() hostileRecord {
 		h.webhook = append(h.webhook, d)
 	}
 	return h
+}
+
+// slowBy is ds with its slowest 2 in 100 (the p99) at d.
+func slowBy(ds []time.Duration, d time.Duration) []time.Duration {
+	out := slices.Clone(ds)
+	for i := range min(2, len(out)) {
+		out[i] = d
+	}
+	return out
 }
 
 // The flood's own measures: p99 by nearest rank, the RSS and CPU time of a

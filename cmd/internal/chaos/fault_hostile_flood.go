@@ -33,8 +33,16 @@ const (
 	// flood over its reading before it.
 	HostileRSSGrowthMax = 200 << 20
 	// HostileP99Max bounds the p99 of the real REST requests and of the
-	// real signed webhook deliveries that started during the flood.
+	// real signed webhook deliveries that started during the flood — or,
+	// when the same traffic's p99 just before the flood was already over
+	// it (a machine busy with more than this run), HostileP99Ratio of that:
+	// the flood may not slow real traffic, and a busy machine is not the
+	// flood (make chaos seed 1 at load 10: REST p99 2.394s just before it,
+	// 1.91s in it, judged a failure by the fixed bound alone).
 	HostileP99Max = time.Second
+	// HostileP99Ratio is how much slower than just before it real traffic
+	// may be in the flood, on a machine already over HostileP99Max.
+	HostileP99Ratio = 1.5
 	// HostileSourceAddr is the address the flood's connections come from,
 	// as a real attacker's come from its own: not the 127.0.0.1 of the real
 	// REST clients and of Meta, whose valid signatures would exempt it from
@@ -309,14 +317,19 @@ func (h hostileRecord) problems() []string {
 		out = append(out, "the API process exited or was replaced during the flood")
 	}
 	for _, c := range []struct {
-		what string
-		d    []time.Duration
-	}{{"REST requests", h.rest}, {"signed webhook deliveries", h.webhook}} {
+		what      string
+		d, before []time.Duration
+	}{{"REST requests", h.rest, h.restBefore}, {"signed webhook deliveries", h.webhook, h.webhookBefore}} {
+		bound := HostileP99Max
+		if len(c.before) > 0 && p99(c.before) >= HostileP99Max {
+			bound = time.Duration(float64(p99(c.before)) * HostileP99Ratio)
+		}
 		switch {
 		case len(c.d) == 0:
 			out = append(out, "no real "+c.what+" during the flood: nothing measured")
-		case p99(c.d) >= HostileP99Max:
-			out = append(out, fmt.Sprintf("p99 of the real %s %s, not under %s", c.what, p99(c.d).Round(time.Millisecond), HostileP99Max))
+		case p99(c.d) >= bound:
+			out = append(out, fmt.Sprintf("p99 of the real %s %s, not under %s (%s just before the flood)", c.what,
+				p99(c.d).Round(time.Millisecond), bound.Round(time.Millisecond), p99(c.before).Round(time.Millisecond)))
 		}
 	}
 	for k, v := range h.outcomes {
