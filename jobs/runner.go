@@ -421,6 +421,11 @@ func (r *Runner) takeRoom(ctx context.Context) (n int, t fair.Turn, urgent bool)
 		want = max(1, r.cfg.BatchSize/2)
 	}
 	var late <-chan time.Time
+	// A look at the ready set every poll interval even if nothing wakes
+	// this runner: a lost notification must not leave a waiting tenant
+	// behind a full room (fair.Take reads it then).
+	poll := time.NewTicker(r.cfg.FetchPollInterval)
+	defer poll.Stop()
 	for {
 		changed, stopped := r.room.changed()
 		if stopped || ctx.Err() != nil {
@@ -438,6 +443,7 @@ func (r *Runner) takeRoom(ctx context.Context) (n int, t fair.Turn, urgent bool)
 		case <-changed:
 		case <-late:
 			want = 1
+		case <-poll.C:
 		case <-ctx.Done():
 		}
 	}

@@ -83,7 +83,10 @@ type Scheduler struct {
 	left      int    // claims the current tenant has left in this visit
 	stale     bool   // something became due: read the ready set before the next round
 	refreshed time.Time
-	nextDue   time.Time // the earliest due time of a tenant not due at the last refresh
+	// readAt is when the ready set was last read (a read in the middle of
+	// a round too).
+	readAt  time.Time
+	nextDue time.Time // the earliest due time of a tenant not due at the last refresh
 	// dueAt is when each tenant last had a conversation become due,
 	// pickedAt when it was last picked: a tenant due since it was last
 	// picked waits for a worker. handed are the tenants drains stopped
@@ -385,6 +388,19 @@ func (s *Scheduler) needsRefresh(now time.Time) bool {
 // thousand quiet tenants came in).
 func (s *Scheduler) Refresh(now time.Time, rows []Due) {
 	midRound := s.pos < len(s.round)
+	// A conversation that became due since the last read, of a tenant not
+	// picked since, makes that tenant wait for a worker as its
+	// notification would have: a notification can be lost (a listener
+	// reconnecting) or late (a starved process), and the ready set is the
+	// truth. Not on the first read: everything is due then.
+	if !s.readAt.IsZero() {
+		for _, r := range rows {
+			if at := now.Add(r.DueIn); r.DueIn <= 0 && at.After(s.readAt) && s.pickedAt[r.Tenant].Before(at) && s.dueAt[r.Tenant].Before(at) {
+				s.dueAt[r.Tenant] = at
+			}
+		}
+	}
+	s.readAt = now
 	var round []Turn
 	if !midRound {
 		round = s.round[:0]
@@ -489,6 +505,11 @@ func Take(s *Scheduler, r *Room, now time.Time, most, want int, fresh bool) (n i
 		return n, Turn{}, false, Go // Pick serves urgent tenants first
 	}
 	t, prev, d := s.Urgent(now, fresh)
+	if d == None && !fresh && now.Sub(s.readAt) >= s.cfg.Poll {
+		// No room, and no tenant known to wait: after a poll interval, read
+		// the ready set for one whose notification never came.
+		return 0, Turn{}, false, Refresh
+	}
 	if d != Go {
 		return 0, Turn{}, false, d
 	}

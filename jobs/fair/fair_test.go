@@ -89,6 +89,25 @@ func TestModel(t *testing.T) {
 				t.Fatalf("picked %v; want tenant 1 after a notification naming no tenant", got)
 			}
 		}},
+		{"a tenant the ready set shows due, its notification lost, is found waiting within a poll", func(t *testing.T, s *Scheduler) {
+			// The room is full; tenant 2's conversation became due at t0+1ms
+			// but its notification never came (a listener reconnecting, a
+			// starved process): only the ready set says so. Before, Take
+			// read nothing and the runners waited for room for as long as
+			// the campaign held it (CI: TestTenantWithNothingRunningIsNot…).
+			r := Room{Free: 0, Over: 1}
+			s.Refresh(t0, []Due{due(1, 1, 0, 0)})
+			s.PassOn(1, true)
+			later := t0.Add(s.cfg.Poll)
+			if _, _, _, d := Take(s, &r, later, 8, 1, false); d != Refresh {
+				t.Fatalf("Take after a poll with the room full: %v; want it to read the ready set", d)
+			}
+			s.Refresh(later, []Due{due(1, 1, 0, 0), due(2, 1, 0, -time.Millisecond)})
+			n, turn, urgent, d := Take(s, &r, later, 8, 1, true)
+			if d != Go || !urgent || turn.Tenant != 2 || n != 1 {
+				t.Fatalf("Take = %d %+v urgent %v %v; want tenant 2 served beyond the room", n, turn, urgent, d)
+			}
+		}},
 		{"a blocked tenant is tried again after a poll interval of waiting", func(t *testing.T, s *Scheduler) {
 			rows := []Due{due(1, 1, 1, 0)}
 			picks(s, t0, rows, 1)
