@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 )
 
@@ -22,14 +21,16 @@ func readExample(t testing.TB, typ string) []byte {
 // FuzzValidateMessage feeds the validator arbitrary bytes. It must never
 // panic, must always answer with a *MessageError or nil, and whatever it
 // accepts must survive the trip ordo makes it take (decoded into a map,
-// re-encoded with the send fields added) as an object whose type is one of
-// the accepted types, still valid. The seeds are testdata/messages (one
-// valid message per type) and testdata/fuzz/FuzzValidateMessage.
+// re-encoded with the send fields added) as an object with a type — one of
+// the schema's, or one it does not know, which passes with the envelope's
+// checks only (the contract, issue 26) — still valid. The seeds are
+// testdata/messages (one valid message per type) and
+// testdata/fuzz/FuzzValidateMessage (the fuzzer found {"type": "00"} there
+// once the unknown types passed: this check still asked for a known one).
 func FuzzValidateMessage(f *testing.F) {
 	for _, typ := range MessageTypes() {
 		f.Add(readExample(f, typ))
 	}
-	types := MessageTypes()
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		err := ValidateMessage(raw)
 		if err != nil {
@@ -52,8 +53,8 @@ func FuzzValidateMessage(f *testing.F) {
 		var back struct {
 			Type string `json:"type"`
 		}
-		if err := json.Unmarshal(body, &back); err != nil || !slices.Contains(types, back.Type) {
-			t.Fatalf("accepted %q; re-encoded as %s, type %q unknown (err %v)", raw, body, back.Type, err)
+		if err := json.Unmarshal(body, &back); err != nil || back.Type == "" {
+			t.Fatalf("accepted %q; re-encoded as %s, no type (err %v)", raw, body, err)
 		}
 		if err := ValidateMessage(body); err != nil {
 			t.Fatalf("accepted %q but not its send body %s: %v", raw, body, err)

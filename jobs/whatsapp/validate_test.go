@@ -71,6 +71,9 @@ func TestValidateMessage(t *testing.T) {
 		{"unknown type, bad envelope", `{"type":"carrier_pigeon","to":""}`, "to: must not be empty"},
 		{"unknown type, unknown field", `{"type":"carrier_pigeon","colour":"red"}`, "colour: not allowed"},
 		{"type null", `{"type":null}`, allTypes},
+		// Only a type name passes as a type Meta may add (the fuzzer sent "" and "00").
+		{"type empty", `{"to":"0","type":""}`, allTypes},
+		{"type not a name", `{"type": "00"}`, allTypes},
 		{"unknown field", `{"type":"text","text":{"body":"hi"},"colour":"red"}`, "colour: not allowed"},
 		{"unknown field with an odd name", `{"type":"text","text":{"body":"hi"},"a.b":1}`, `["a.b"]: not allowed`},
 		{"another type's object", `{"type":"text","text":{"body":"hi"},"image":{"id":"1"}}`, "image: not allowed when type is text"},

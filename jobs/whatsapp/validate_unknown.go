@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"regexp"
 	"slices"
 	"sync"
 )
@@ -28,12 +29,20 @@ var stubInteractive = map[string]any{
 // field "type" or "interactive.type" and its value; "" when it knows them
 // all (or when the type is missing or not a string, which the schema
 // reports exactly).
+// typeName is what a type Meta adds looks like (image, order_details,
+// call_permission_request): "" or "00" is a mistake, refused by the schema
+// with the types it knows.
+var typeName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+
 func (s *messageSchema) unknownType(v map[string]any) (field, value string) {
 	t, ok := v["type"].(string)
 	if !ok {
 		return "", ""
 	}
 	if !slices.Contains(s.types, t) {
+		if !typeName.MatchString(t) {
+			return "", "" // not a type Meta could add: the schema refuses it
+		}
 		return "type", t
 	}
 	if t != "interactive" {
@@ -41,7 +50,7 @@ func (s *messageSchema) unknownType(v map[string]any) (field, value string) {
 	}
 	in, _ := v["interactive"].(map[string]any)
 	it, ok := in["type"].(string)
-	if ok && !slices.Contains(s.interactiveTypes, it) {
+	if ok && !slices.Contains(s.interactiveTypes, it) && typeName.MatchString(it) {
 		return "interactive.type", it
 	}
 	return "", ""
