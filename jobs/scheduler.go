@@ -108,7 +108,9 @@ func (s *scheduler) take(ctx context.Context, r *room, most, want int) (n int, t
 		var d fair.Decision
 		n, t, urgent, d = fair.Take(s.m, &r.Room, time.Now(), most, want, fresh)
 		r.mu.Unlock()
-		if d != fair.Refresh || fresh {
+		if d != fair.Refresh || fresh || s.db.Wait() > 0 {
+			// While Postgres is away its watch paces every look (no read
+			// every poll from each runner waiting for room).
 			return n, t, urgent
 		}
 		if err := s.refresh(ctx); err != nil {
