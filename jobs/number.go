@@ -177,15 +177,5 @@ func (r *run) numberAnswered(ctx context.Context) {
 		return
 	}
 	r.probingNumber, r.tenant.NumberDownSince = false, nil
-	var back bool
-	r.s.touch()
-	if err := r.s.conn.QueryRow(ctx, numberBackQuery, r.tenant.ID).Scan(&back); err != nil {
-		// The next probe finds it back instead.
-		r.log.WarnContext(ctx, "record number back", slog.String("tenant", r.tenant.Slug), slog.String("error", err.Error()))
-		_ = r.s.fail(err)
-		return
-	}
-	if back {
-		r.log.InfoContext(ctx, "tenant's WhatsApp number served again: its waiting conversations go on", slog.String("tenant", r.tenant.Slug))
-	}
+	r.dependencyBack(ctx, numberBackQuery, "number", "tenant's WhatsApp number served again: its waiting conversations go on")
 }

@@ -132,15 +132,22 @@ func (r *run) handlerAnswered(ctx context.Context) {
 		return
 	}
 	r.probing, r.tenant.HandlerDownSince = false, nil
+	r.dependencyBack(ctx, handlerBackQuery, "handler", "tenant's handler answers again: its waiting conversations go on")
+}
+
+// dependencyBack records that a dependency of the tenant (its handler, its
+// number) is back with query (ordo.handler_back, ordo.number_back), which
+// wakes the conversations that waited for it; said is logged when this
+// call brought it back. A failure leaves it to the next probe.
+func (r *run) dependencyBack(ctx context.Context, query, what, said string) {
 	var back bool
 	r.s.touch()
-	if err := r.s.conn.QueryRow(ctx, handlerBackQuery, r.tenant.ID).Scan(&back); err != nil {
-		// The next probe finds it back instead.
-		r.log.WarnContext(ctx, "record handler back", slog.String("tenant", r.tenant.Slug), slog.String("error", err.Error()))
+	if err := r.s.conn.QueryRow(ctx, query, r.tenant.ID).Scan(&back); err != nil {
+		r.log.WarnContext(ctx, "record "+what+" back", slog.String("tenant", r.tenant.Slug), slog.String("error", err.Error()))
 		_ = r.s.fail(err)
 		return
 	}
 	if back {
-		r.log.InfoContext(ctx, "tenant's handler answers again: its waiting conversations go on", slog.String("tenant", r.tenant.Slug))
+		r.log.InfoContext(ctx, said, slog.String("tenant", r.tenant.Slug))
 	}
 }
