@@ -79,14 +79,19 @@ BEGIN
 
     -- A batch: its candidates, by their drain locks (rows are locked below).
     IF p_max >= 1 AND coalesce(p_cap, 0) = 0 AND ordo.may_batch(p_tenant, p_phone) THEN
+        -- Whether the next message has a step is probed per candidate
+        -- (LATERAL … LIMIT 1: one index lookup each). As a NOT EXISTS in
+        -- the select list the planner could hash every step of the
+        -- database instead, on each claim: an index scan of steps whole,
+        -- 66 ms a claim at 112,000 steps.
         FOR v_cand IN
             SELECT r.conversation_pk AS id,
                    coalesce(c.halted_at IS NULL AND c.send_slot_at IS NULL
-                            AND m.direction = 'outbound'
-                            AND NOT EXISTS (SELECT 1 FROM ordo.steps s WHERE s.message_pk = m.id), false) AS quiet
+                            AND m.direction = 'outbound' AND st.message_pk IS NULL, false) AS quiet
             FROM ordo.ready r
             JOIN ordo.conversations c ON c.id = r.conversation_pk
             LEFT JOIN ordo.messages m ON m.conversation_pk = c.id AND m.seq = c.head_seq + 1
+            LEFT JOIN LATERAL (SELECT s.message_pk FROM ordo.steps s WHERE s.message_pk = m.id LIMIT 1) st ON true
             WHERE r.tenant_id = p_tenant AND r.due_at <= now()
             ORDER BY r.due_at LIMIT p_max + 4
         LOOP
