@@ -1,44 +1,45 @@
--- ordo.event_on_step writes a send step's events, in the transaction that
--- changed the step: message.sent when the send is done (the provider took
--- it), message.delivered|read|failed when Meta's status webhook raises the
+-- ordo.event_on_step writes send steps' events, in the transaction that
+-- changed the steps: message.sent when a send is done (the provider took
+-- it), message.delivered|read|failed when Meta's status webhook raises a
 -- step's provider status (one event per change: a delivery carrying both
 -- delivered and read records, and tells, read). Meta's own "sent" status
--- adds nothing to message.sent and is not told. Only for a tenant with an
--- events_url. The trigger is defined below, with its function: a changed
--- file drops both and creates both (sql.applyFunctions).
+-- adds nothing to message.sent and is not told. Only for tenants with an
+-- events_url.
+--
+-- Once per statement, over its transition tables, in step id order (a
+-- conversation's sends in the order they went; a webhook delivery's
+-- statuses, which it applies in step id order): a batch's finish
+-- (ordo.finish_batch) records many sends in one UPDATE, and a query per row
+-- cost more than the row. A statement trigger with transition tables
+-- cannot name columns (UPDATE OF), so it runs after every UPDATE of
+-- ordo.steps and finds nothing to tell in most: one query over the
+-- statement's own rows.
+-- The trigger is defined below, with its function: a changed file drops
+-- both and creates both (sql.applyFunctions).
 CREATE OR REPLACE FUNCTION ordo.event_on_step() RETURNS trigger
 LANGUAGE plpgsql AS $$
-DECLARE
-    v_type text;
-    v_m    record;
 BEGIN
-    IF NEW.status = 'done' AND OLD.status IS DISTINCT FROM 'done' THEN
-        v_type := 'message.sent';
-    ELSIF NEW.provider_status IN ('delivered', 'read', 'failed')
-          AND NEW.provider_status IS DISTINCT FROM OLD.provider_status THEN
-        v_type := 'message.' || NEW.provider_status;
-    ELSE
-        RETURN NULL;
-    END IF;
-    SELECT m.tenant_id, m.conversation_pk, m.message_id, m.seq, c.conversation_id INTO v_m
-    FROM ordo.messages m
+    INSERT INTO ordo.events (tenant_id, conversation_pk, type, data)
+    SELECT m.tenant_id, m.conversation_pk, e.type, jsonb_strip_nulls(jsonb_build_object(
+               'conversation_id', c.conversation_id, 'message_id', m.message_id, 'seq', m.seq,
+               'step_id', n.id::text, 'provider_message_id', n.provider_message_id,
+               'error', CASE WHEN e.type = 'message.failed' THEN n.errors->-1->>'error' END))
+    FROM event_new_steps n
+    JOIN event_old_steps o ON o.id = n.id
+    CROSS JOIN LATERAL (SELECT CASE
+        WHEN n.status = 'done' AND o.status IS DISTINCT FROM 'done' THEN 'message.sent'
+        WHEN n.provider_status IN ('delivered', 'read', 'failed')
+             AND n.provider_status IS DISTINCT FROM o.provider_status THEN 'message.' || n.provider_status
+        END AS type) e
+    JOIN ordo.messages m ON m.id = n.message_pk
     JOIN ordo.tenants t ON t.id = m.tenant_id
     JOIN ordo.conversations c ON c.id = m.conversation_pk
-    WHERE m.id = NEW.message_pk AND t.events_url IS NOT NULL;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    INSERT INTO ordo.events (tenant_id, conversation_pk, type, data)
-    VALUES (v_m.tenant_id, v_m.conversation_pk, v_type, jsonb_strip_nulls(jsonb_build_object(
-        'conversation_id', v_m.conversation_id, 'message_id', v_m.message_id, 'seq', v_m.seq,
-        'step_id', NEW.id::text, 'provider_message_id', NEW.provider_message_id,
-        'error', CASE WHEN v_type = 'message.failed' THEN NEW.errors->-1->>'error' END)));
+    WHERE n.kind = 'send' AND e.type IS NOT NULL AND t.events_url IS NOT NULL
+    ORDER BY n.id;
     RETURN NULL;
 END;
 $$;
 
-CREATE OR REPLACE TRIGGER event_on_step AFTER UPDATE OF status, provider_status ON ordo.steps
-FOR EACH ROW WHEN (NEW.kind = 'send' AND (
-    (NEW.status = 'done' AND OLD.status IS DISTINCT FROM 'done') OR
-    (NEW.provider_status IN ('delivered', 'read', 'failed') AND NEW.provider_status IS DISTINCT FROM OLD.provider_status)))
-EXECUTE FUNCTION ordo.event_on_step();
+CREATE OR REPLACE TRIGGER event_on_step AFTER UPDATE ON ordo.steps
+REFERENCING OLD TABLE AS event_old_steps NEW TABLE AS event_new_steps
+FOR EACH STATEMENT EXECUTE FUNCTION ordo.event_on_step();
