@@ -337,32 +337,34 @@ func (e *Engine) ingestOne(ctx context.Context, m NewMessage) (a Accepted, err e
 func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]ingestResult, error) {
 	batch := &pgx.Batch{}
 	batch.Queue(lockTimeoutQuery, e.ingest.lockTimeout)
+	// Each API key of the batch checked once, in the transaction that
+	// stores its messages: a batch is mostly one tenant's, one key's.
+	keys := map[string]bool{}
+	for _, c := range calls {
+		if c.msg.KeyHash != nil && !keys[string(c.msg.KeyHash)] {
+			keys[string(c.msg.KeyHash)] = true
+			batch.Queue(checkKeyQuery, c.msg.KeyHash)
+		}
+	}
 	for _, c := range calls {
 		var dir *string
 		if c.msg.Direction != "" {
 			dir = &c.msg.Direction
 		}
-		if c.msg.KeyHash != nil {
-			batch.Queue(checkKeyQuery, c.msg.KeyHash)
-		}
 		batch.Queue(enqueueQuery, c.msg.Tenant, c.msg.ConversationID, c.msg.MessageID, dir, c.msg.Payload, c.msg.onReuse())
 	}
 	br := e.pool.SendBatch(ctx, batch)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return nil, err
+	for range 1 + len(keys) {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
 	}
 	out := make([]ingestResult, len(calls))
 	ids := make([]int64, len(calls))
 	var dups []int
 	for i, c := range calls {
 		a := Accepted{MessageID: c.msg.MessageID, ConversationID: c.msg.ConversationID, Status: "queued"}
-		if c.msg.KeyHash != nil {
-			if _, err := br.Exec(); err != nil {
-				_ = br.Close()
-				return nil, err
-			}
-		}
 		if err := br.QueryRow().Scan(&ids[i], &a.Seq, &a.Duplicate); err != nil {
 			_ = br.Close()
 			return nil, err
