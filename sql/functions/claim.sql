@@ -56,6 +56,13 @@ LANGUAGE plpgsql
 -- growing with the backlog; with this, 0.03 ms).
 SET enable_sort = off
 SET enable_seqscan = off
+-- One plan per statement for the session, not one per call: with arrays and
+-- a batch's size as parameters the plan cache kept choosing custom plans,
+-- planning this function's statements again on every claim (half of a
+-- claim of one; `make bench` spread claims thousands of times). Their
+-- plans do not depend on the values: the settings above make them walk
+-- indexes by key.
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE

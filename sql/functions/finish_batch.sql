@@ -49,6 +49,10 @@ LANGUAGE plpgsql
 -- them Postgres scanned steps and conversations whole for a batch of eight:
 -- ordo.claim).
 SET enable_seqscan = off
+-- One plan per statement for the session, not one per call (ordo.claim):
+-- planned again on every round, its statements cost more to plan than to
+-- run for a round of one or two.
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -8,14 +8,20 @@
 -- its conversations' next messages (ordo.finish_batch): Meta may pause the
 -- tenant or throttle the number, or an operator change it, while a batch
 -- runs.
+--
+-- PL/pgSQL, which keeps its statement's plan for the session: a SQL
+-- function with subqueries is never inlined, and its body was planned
+-- again on every call (a claim and every round of a batch).
 CREATE OR REPLACE FUNCTION ordo.may_batch(p_tenant bigint, p_phone text) RETURNS boolean
-LANGUAGE sql AS $$
-    SELECT p_phone IS NOT NULL
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN p_phone IS NOT NULL
        AND EXISTS (
             SELECT 1 FROM ordo.tenants t
             WHERE t.id = p_tenant AND t.sending_paused_at IS NULL AND t.send_rate = 0
               AND t.pair_gap_ms = 0 AND t.max_concurrency = 0 AND t.number_down_since IS NULL)
        AND NOT EXISTS (
             SELECT 1 FROM ordo.send_pacing p
-            WHERE p.phone_number_id = p_phone AND p.next_slot > clock_timestamp())
+            WHERE p.phone_number_id = p_phone AND p.next_slot > clock_timestamp());
+END;
 $$;
