@@ -27,10 +27,19 @@ BEGIN
         END IF;
     END IF;
     verdict := 'go';
+    -- A first attempt inserts; a later one (the row is there) updates. Not
+    -- one INSERT … ON CONFLICT DO UPDATE: that statement runs the steps'
+    -- statement triggers for updates (ordo.stats_on_step,
+    -- ordo.event_on_step) even when it inserts, on every first attempt.
     INSERT INTO ordo.steps AS s (message_pk, idx, kind, request, status, attempts, started_at)
     VALUES (p_message, p_idx, p_kind, p_request, 'running', 1, clock_timestamp())
-    ON CONFLICT (message_pk, idx) DO UPDATE SET status = 'running', attempts = s.attempts + 1, started_at = clock_timestamp()
+    ON CONFLICT (message_pk, idx) DO NOTHING
     RETURNING s.id, s.attempts INTO step_id, attempts;
+    IF NOT FOUND THEN
+        UPDATE ordo.steps s SET status = 'running', attempts = s.attempts + 1, started_at = clock_timestamp()
+        WHERE s.message_pk = p_message AND s.idx = p_idx
+        RETURNING s.id, s.attempts INTO step_id, attempts;
+    END IF;
     UPDATE ordo.messages m SET status = 'running' WHERE m.id = p_message AND m.status = 'queued';
 END;
 $$;
