@@ -530,14 +530,28 @@ func (r *run) settleFailed(ctx context.Context, m message, st *step) (out outcom
 // recordFailure puts a failed step back for a retry ($2: pending, or unknown
 // when it may have gone out, which counts as an ambiguous send) and keeps
 // the run of consecutive pair-rate errors ($4) that spaces 131056 retries.
+// A pair-rate error also moves the conversation's pair_ready_at out by the
+// schedule's entry for that run ($5, pairRateSchedule; $6 the conversation),
+// from now, on the database's clock: ordo.reserve_send holds the user's next
+// send until then, whichever path starts it (a claim, a wake-up, a
+// takeover), not only the ready row's due time that the drain parks with.
+// wait is how long that is from this write (NULL for any other failure).
 const recordFailure = `
-UPDATE ordo.steps SET
-    status           = $2,
-    errors           = errors || $3::jsonb,
-    ambiguous_count  = ambiguous_count + CASE WHEN $2 = 'unknown' THEN 1 ELSE 0 END,
-    pair_rate_errors = CASE WHEN $4 THEN pair_rate_errors + 1 ELSE 0 END
-WHERE id = $1
-RETURNING pair_rate_errors`
+WITH s AS (
+    UPDATE ordo.steps SET
+        status           = $2,
+        errors           = errors || $3::jsonb,
+        ambiguous_count  = ambiguous_count + CASE WHEN $2 = 'unknown' THEN 1 ELSE 0 END,
+        pair_rate_errors = CASE WHEN $4 THEN pair_rate_errors + 1 ELSE 0 END
+    WHERE id = $1
+    RETURNING pair_rate_errors),
+p AS (
+    UPDATE ordo.conversations c
+    SET pair_ready_at = greatest(c.pair_ready_at,
+        clock_timestamp() + ($5::interval[])[least(s.pair_rate_errors, cardinality($5::interval[]))])
+    FROM s WHERE $4 AND c.id = $6
+    RETURNING c.pair_ready_at - clock_timestamp() AS wait)
+SELECT (SELECT p.wait FROM p)`
 
 // deadLetterQuery ends a message in a dead letter, and halts its
 // conversation or moves its head past it (ordo.dead_letter).
@@ -576,15 +590,21 @@ func (r *run) failed(ctx context.Context, m message, st *step, f *failure) (outc
 	if f.action == actThrottle && r.cred != nil {
 		b.Queue(slowNumber, r.cred.PhoneNumberID, delay) // send_pacing before the step (sql/LOCKING.md)
 	}
-	var pairErrors int
-	b.Queue(recordFailure, st.id, status, entry, f.action == actPairRate).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&pairErrors)
+	var (
+		schedule []time.Duration
+		pairWait *time.Duration
+	)
+	if f.action == actPairRate {
+		schedule = pairRateSchedule(r.d.cfg.PairRateUnit)
+	}
+	b.Queue(recordFailure, st.id, status, entry, f.action == actPairRate, schedule, r.s.conv).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&pairWait)
 	})
 	if err := r.s.write(ctx, b); err != nil {
 		return outcome{}, err
 	}
-	if f.action == actPairRate {
-		delay = pairRateDelay(pairErrors, r.d.cfg.PairRateUnit)
+	if pairWait != nil {
+		delay = max(*pairWait, 0)
 	}
 	if status == "unknown" {
 		r.d.cfg.Metrics.Step(st.kind, metrics.StepAmbiguous)
