@@ -23,9 +23,11 @@
 --   * Otherwise, with p_alone, the first due conversation another drain
 --     does not hold is claimed alone: with p_cap > 0, one of the tenant's
 --     p_cap concurrency slots first (advisory locks (-1 - slot, tenant),
---     tried; none free: nothing), then its row FOR UPDATE (the takeover),
---     and its next message is read, and its first step started when it may
---     start now (ordo.next_step): one row per step of that message (one
+--     tried; none free: nothing), then its row FOR UPDATE (the takeover)
+--     if its ready row, read again under that row, is still due (the
+--     walk's read may be stale by then), and its next message is read,
+--     and its first step started when it may start now
+--     (ordo.next_step): one row per step of that message (one
 --     with NULL step_* when it has none, NULL message_* when there is no
 --     next message), slot the slot it holds.
 -- p_release_slot of tenant p_release_tenant — the slot of the runner's
@@ -140,11 +142,19 @@ BEGIN
                 -- the drain before (its fence check holds the row), and a
                 -- stale drain's later writes fail on the bumped fence.
                 PERFORM 1 FROM ordo.conversations c WHERE c.id = v_cand.id FOR UPDATE;
-                UPDATE ordo.conversations c SET fence = c.fence + 1 WHERE c.id = v_cand.id
+                -- Still due? The walk's rows were read when it began; since
+                -- then (this claim waited for an earlier row, or for the
+                -- CPU) another drain may have taken this one, run it and
+                -- parked it for later — a backoff, a Retry-After, Meta's
+                -- pair-rate wait — or caught it up. Read again now, under
+                -- the row every writer of the ready row takes first.
+                UPDATE ordo.conversations c SET fence = c.fence + 1
+                WHERE c.id = v_cand.id
+                  AND EXISTS (SELECT 1 FROM ordo.ready r WHERE r.conversation_pk = c.id AND r.due_at <= now())
                 RETURNING c.id, c.fence, c.conversation_id, c.head_seq, c.last_seq, c.halted_at IS NOT NULL AS halted
                 INTO v_c;
                 IF NOT FOUND THEN
-                    PERFORM ordo.drain_unlock(v_cand.id, NULL); -- deleted meanwhile
+                    PERFORM ordo.drain_unlock(v_cand.id, NULL); -- deleted, or not due any more
                     CONTINUE;
                 END IF;
                 v_conv := v_cand.id;
