@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -58,5 +59,81 @@ func TestPairRateWaitHoldsThroughAWakeUp(t *testing.T) {
 	}
 	if n := b.Count(`SELECT count(*) FROM ordo.tenants WHERE number_down_since IS NOT NULL`); n != 0 {
 		t.Fatal("the probe's answer did not bring the number back")
+	}
+}
+
+// A 131056 on a message's last attempt dead-letters it, and under the
+// tenant's skip policy the conversation goes on to its next message — to
+// the same user, who Meta just said gets too many messages. That next
+// send waits out the pair-rate wait the last error earned (4 units after a
+// second consecutive error), as a retry would have.
+func TestPairRateWaitOutlivesTheDeadLetter(t *testing.T) {
+	t.Parallel()
+	const unit = 250 * time.Millisecond
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true, Config: jobs.Config{PairRateUnit: unit}})
+	ctx := context.Background()
+	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET max_attempts = 2, on_dead_letter = 'skip' WHERE id = $1`, b.Tenant.ID); err != nil {
+		t.Fatal(err)
+	}
+	var log attemptLog
+	b.WhatsApp.SetResponder(func(req whatsapptest.Send, attempt int) whatsapptest.Response {
+		log.add(req.Text)
+		if req.Text == "first" {
+			return whatsapptest.Response{Status: http.StatusBadRequest, ErrorCode: 131056}
+		}
+		return whatsapptest.Default(req, attempt)
+	})
+	b.Ingest("u1", "m1", "first")
+	b.Ingest("u1", "m2", "second")
+	b.Start()
+	sendCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := b.WhatsApp.WaitForSends(sendCtx, 1); err != nil {
+		t.Fatal(err)
+	}
+	first, second := log.get("first"), log.get("second")
+	if len(first) != 2 || len(second) != 1 {
+		t.Fatalf("first attempted %d times, second %d; want 2 pair-rate refusals, then the second message once", len(first), len(second))
+	}
+	if n := b.Count(`SELECT count(*) FROM ordo.dead_letters`); n != 1 {
+		t.Fatalf("%d dead letters; want the first message's", n)
+	}
+	if d := second[0].Sub(first[1]); d < 4*unit {
+		t.Fatalf("the next message went %s after the pair-rate error that dead-lettered the one before; want at least %s", d, 4*unit)
+	}
+}
+
+// An unpaced tenant's quiet conversations are sent in batches (batch.go),
+// which take no pacing slot. A conversation whose user is inside a
+// pair-rate wait — the state a 131056 leaves on it — is not quiet: its
+// next message waits for the end of it, as a per-conversation drain's does.
+func TestBatchHonoursThePairRateWait(t *testing.T) {
+	t.Parallel()
+	const wait = 2 * time.Second
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true})
+	ctx := context.Background()
+	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET send_rate = 0 WHERE id = $1`, b.Tenant.ID); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		b.Ingest(fmt.Sprintf("calm%d", i), fmt.Sprintf("calm%d-1", i), fmt.Sprintf("calm%d", i))
+	}
+	b.Ingest("u1", "m1", "after the wait")
+	var until time.Time
+	if err := b.Pool.QueryRow(ctx, `UPDATE ordo.conversations SET pair_ready_at = clock_timestamp() + $1::interval
+		WHERE conversation_id = 'u1' RETURNING pair_ready_at`, wait).Scan(&until); err != nil {
+		t.Fatal(err)
+	}
+	b.Start()
+	sendCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := b.WhatsApp.WaitForSends(sendCtx, 4); err != nil {
+		t.Fatal(err)
+	}
+	if jobs.Batches(b.Runner) == 0 {
+		t.Fatal("no batch was claimed; the test is about the batched drain")
+	}
+	if at := b.WhatsApp.SendsTo("u1")[0].At; at.Before(until) {
+		t.Fatalf("u1's message went %s before its user's pair-rate wait ended", until.Sub(at))
 	}
 }

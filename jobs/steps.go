@@ -530,28 +530,33 @@ func (r *run) settleFailed(ctx context.Context, m message, st *step) (out outcom
 // recordFailure puts a failed step back for a retry ($2: pending, or unknown
 // when it may have gone out, which counts as an ambiguous send) and keeps
 // the run of consecutive pair-rate errors ($4) that spaces 131056 retries.
-// A pair-rate error also moves the conversation's pair_ready_at out by the
-// schedule's entry for that run ($5, pairRateSchedule; $6 the conversation),
-// from now, on the database's clock: ordo.reserve_send holds the user's next
-// send until then, whichever path starts it (a claim, a wake-up, a
-// takeover), not only the ready row's due time that the drain parks with.
-// wait is how long that is from this write (NULL for any other failure).
 const recordFailure = `
-WITH s AS (
-    UPDATE ordo.steps SET
-        status           = $2,
-        errors           = errors || $3::jsonb,
-        ambiguous_count  = ambiguous_count + CASE WHEN $2 = 'unknown' THEN 1 ELSE 0 END,
-        pair_rate_errors = CASE WHEN $4 THEN pair_rate_errors + 1 ELSE 0 END
-    WHERE id = $1
-    RETURNING pair_rate_errors),
-p AS (
-    UPDATE ordo.conversations c
-    SET pair_ready_at = greatest(c.pair_ready_at,
-        clock_timestamp() + ($5::interval[])[least(s.pair_rate_errors, cardinality($5::interval[]))])
-    FROM s WHERE $4 AND c.id = $6
-    RETURNING c.pair_ready_at - clock_timestamp() AS wait)
-SELECT (SELECT p.wait FROM p)`
+UPDATE ordo.steps SET
+    status           = $2,
+    errors           = errors || $3::jsonb,
+    ambiguous_count  = ambiguous_count + CASE WHEN $2 = 'unknown' THEN 1 ELSE 0 END,
+    pair_rate_errors = CASE WHEN $4 THEN pair_rate_errors + 1 ELSE 0 END
+WHERE id = $1`
+
+// countPairRate counts a 131056 that dead-letters its step in the step's
+// run of pair-rate errors, for holdPairRate.
+const countPairRate = `UPDATE ordo.steps SET pair_rate_errors = pair_rate_errors + 1 WHERE id = $1`
+
+// holdPairRate moves conversation $1's pair_ready_at out by the entry of
+// schedule $3 (pairRateSchedule) for step $2's run of pair-rate errors,
+// counted in the same write, from now on the database's clock; it returns
+// how long that is. ordo.reserve_send holds the user's next send until
+// then, whichever path starts it — a claim, a wake-up, a takeover, the next
+// message after a dead letter — not only the ready row's due time the
+// drain parks with. After the step's record (the conversation row is the
+// fence check's already, in the same mode: sql/LOCKING.md).
+const holdPairRate = `
+UPDATE ordo.conversations c
+SET pair_ready_at = greatest(c.pair_ready_at,
+    clock_timestamp() + ($3::interval[])[least(s.pair_rate_errors, cardinality($3::interval[]))])
+FROM ordo.steps s
+WHERE s.id = $2 AND c.id = $1
+RETURNING c.pair_ready_at - clock_timestamp()`
 
 // deadLetterQuery ends a message in a dead letter, and halts its
 // conversation or moves its head past it (ordo.dead_letter).
@@ -579,7 +584,16 @@ func (r *run) failed(ctx context.Context, m message, st *step, f *failure) (outc
 		return r.handlerUnreachable(ctx, st, f)
 	case f.action != actAmbiguous && st.attempts >= r.tenant.MaxAttempts:
 		// An ambiguous send is settled first (it may have gone out).
-		return r.deadLetter(ctx, m, st, "attempts exhausted ("+strconv.Itoa(st.attempts)+"): "+f.msg, entry)
+		var guard func(*pgx.Batch)
+		if f.action == actPairRate {
+			// Meta's wait is the user's: it holds for the next message
+			// (the tenant's skip policy), or for a replay.
+			guard = func(b *pgx.Batch) {
+				b.Queue(countPairRate, st.id)
+				b.Queue(holdPairRate, r.s.conv, st.id, pairRateSchedule(r.d.cfg.PairRateUnit))
+			}
+		}
+		return r.deadLetterWith(ctx, m, st, "attempts exhausted ("+strconv.Itoa(st.attempts)+"): "+f.msg, entry, guard)
 	}
 
 	status, delay := "pending", r.d.backoff(st.attempts, f.retryAfter)
@@ -590,21 +604,14 @@ func (r *run) failed(ctx context.Context, m message, st *step, f *failure) (outc
 	if f.action == actThrottle && r.cred != nil {
 		b.Queue(slowNumber, r.cred.PhoneNumberID, delay) // send_pacing before the step (sql/LOCKING.md)
 	}
-	var (
-		schedule []time.Duration
-		pairWait *time.Duration
-	)
+	b.Queue(recordFailure, st.id, status, entry, f.action == actPairRate)
 	if f.action == actPairRate {
-		schedule = pairRateSchedule(r.d.cfg.PairRateUnit)
+		b.Queue(holdPairRate, r.s.conv, st.id, pairRateSchedule(r.d.cfg.PairRateUnit)).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&delay)
+		})
 	}
-	b.Queue(recordFailure, st.id, status, entry, f.action == actPairRate, schedule, r.s.conv).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&pairWait)
-	})
 	if err := r.s.write(ctx, b); err != nil {
 		return outcome{}, err
-	}
-	if pairWait != nil {
-		delay = max(*pairWait, 0)
 	}
 	if status == "unknown" {
 		r.d.cfg.Metrics.Step(st.kind, metrics.StepAmbiguous)

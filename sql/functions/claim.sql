@@ -11,7 +11,8 @@
 -- another drain holds is passed over.
 --   * A batch (p_max >= 1, number p_phone given, ordo.may_batch): while the
 --     next conversation's next message is outbound with no step yet, and
---     the conversation is not halted and holds no reserved send slot, it
+--     the conversation is not halted, holds no reserved send slot and its
+--     user's pair-rate wait (pair_ready_at, a 131056's) is over, it
 --     joins the batch, up to p_max; the walk stops at the first that needs
 --     a full drain, so the batch never jumps ahead of an older
 --     conversation. The batch's rows are then taken FOR UPDATE SKIP LOCKED
@@ -84,6 +85,7 @@ BEGIN
         FOR v_cand IN
             SELECT r.conversation_pk AS id,
                    coalesce(c.halted_at IS NULL AND c.send_slot_at IS NULL
+                            AND (c.pair_ready_at IS NULL OR c.pair_ready_at <= now())
                             AND m.direction = 'outbound'
                             AND NOT EXISTS (SELECT 1 FROM ordo.steps s WHERE s.message_pk = m.id), false) AS quiet
             FROM ordo.ready r
@@ -200,6 +202,7 @@ BEGIN
         SELECT c.id FROM ordo.conversations c
         JOIN ordo.messages m ON m.conversation_pk = c.id AND m.seq = c.head_seq + 1
         WHERE c.id = ANY (v_convs) AND c.halted_at IS NULL AND c.send_slot_at IS NULL AND m.direction = 'outbound'
+          AND (c.pair_ready_at IS NULL OR c.pair_ready_at <= now())
           AND NOT EXISTS (SELECT 1 FROM ordo.steps s WHERE s.message_pk = m.id)
         FOR UPDATE OF c SKIP LOCKED) l;
     PERFORM ordo.drain_unlock(x, NULL) FROM unnest(v_convs) x WHERE x <> ALL (coalesce(v_ok, '{}'));
