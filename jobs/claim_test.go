@@ -93,3 +93,63 @@ func TestClaimTakesOnlyAConversationStillDue(t *testing.T) {
 		t.Fatalf("the handler was called again %s after it answered 429 with Retry-After: 2", d)
 	}
 }
+
+// A tenant's handler was unreachable; the probe call finds it there, and it
+// answers 429 with Retry-After: 2 (n8n busy). The answer brings the handler
+// back (ordo.handler_back), which wakes the conversations that waited for
+// it — the probing conversation among them, its drain still running. That
+// wake-up must not cut short the Retry-After the same drain records next.
+// Before, the park took it for "go on at once": called again 20 ms later.
+func TestProbeAnswersRetryAfterIsKept(t *testing.T) {
+	t.Parallel()
+	const retryAfter = 2 * time.Second
+	var (
+		mu    sync.Mutex
+		calls []time.Time
+	)
+	handler := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		calls = append(calls, time.Now())
+		first := len(calls) == 1
+		mu.Unlock()
+		if first {
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"replies":[]}`))
+	}))
+	t.Cleanup(handler.Close)
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true, HandlerURL: handler.URL})
+	ctx := context.Background()
+	inbound(t, b, "h", "h1")
+	// The state an outage leaves (TestUnreachableHandlerIsAStateTheConversationsWaitFor drives
+	// it through real failures): the handler down, its probe free, the
+	// conversation marked waiting for it.
+	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET handler_down_since = now() - interval '1 minute',
+		handler_probe_at = now() - interval '1 second' WHERE id = $1`, b.Tenant.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.conversations SET handler_wait = true WHERE conversation_id = 'h'`); err != nil {
+		t.Fatal(err)
+	}
+	b.Start()
+	b.WaitFor("h handled", 15*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE message_id = 'h1' AND status = 'done'`) == 1
+	})
+	if n := b.Count(`SELECT count(*) FROM ordo.tenants WHERE handler_down_since IS NOT NULL`); n != 0 {
+		t.Fatal("the probe's answer did not bring the handler back")
+	}
+	if n := b.Count(`SELECT count(*) FROM ordo.conversations WHERE handler_wait`); n != 0 {
+		t.Fatal("the way back left the probing conversation marked waiting")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 2 {
+		t.Fatalf("the handler was called %d times; want a 429 and a success", len(calls))
+	}
+	if d := calls[1].Sub(calls[0]); d < retryAfter {
+		t.Fatalf("the handler was called again %s after its probe answered 429 with Retry-After: 2", d)
+	}
+}
