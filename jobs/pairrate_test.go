@@ -18,7 +18,11 @@ import (
 // probing conversation among them, its drain still running. The wake must
 // not cut the pair-rate wait the same drain records next: Meta penalizes a
 // business that ignores it. Before, the park took the wake-up for "go on at
-// once" and the retry went out milliseconds after the error.
+// once" and the retry went out milliseconds after the error. Two things
+// hold it now: the way back does not wake the prober's own conversation,
+// and the wait is the conversation's pair_ready_at, which every send start
+// checks (TestPairRateWaitOutlivesTheDeadLetter and
+// TestBatchHonoursThePairRateWait fail without that).
 func TestPairRateWaitHoldsThroughAWakeUp(t *testing.T) {
 	t.Parallel()
 	const unit = time.Second
