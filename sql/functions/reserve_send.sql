@@ -68,7 +68,7 @@ BEGIN
     END IF;
     IF v_slot IS NULL THEN
         -- Whatever the tenant's pair gap: a 131056 error sets pair_ready_at
-        -- too (jobs/steps.go recordFailure), and nothing else may send to
+        -- too (jobs/steps.go holdPairRate), and nothing else may send to
         -- the user before it. (A gap lowered to 0 lets the last one run out.)
         IF v_pair > v_now THEN
             verdict := 'wait';
