@@ -149,10 +149,11 @@ BEGIN
                 -- CPU) another drain may have taken this one, run it and
                 -- parked it for later — a backoff, a Retry-After, Meta's
                 -- pair-rate wait — or caught it up. Read again now, under
-                -- the row every writer of the ready row takes first.
+                -- the row every writer of the ready row takes first, on the
+                -- clock (this transaction's start may be well past by now).
                 UPDATE ordo.conversations c SET fence = c.fence + 1
                 WHERE c.id = v_cand.id
-                  AND EXISTS (SELECT 1 FROM ordo.ready r WHERE r.conversation_pk = c.id AND r.due_at <= now())
+                  AND EXISTS (SELECT 1 FROM ordo.ready r WHERE r.conversation_pk = c.id AND r.due_at <= clock_timestamp())
                 RETURNING c.id, c.fence, c.conversation_id, c.head_seq, c.last_seq, c.halted_at IS NOT NULL AS halted
                 INTO v_c;
                 IF NOT FOUND THEN
