@@ -196,7 +196,7 @@ func (f *hostileFlood) readPeak() {
 // drain, and records the phase for the checker.
 func (f *hostileFlood) Recover(_ context.Context, r *run) {
 	ended := time.Now()
-	res, genCPU, genErr := f.gen.stop()
+	res, genUse, genErr := f.gen.stop()
 	f.cancel()
 	f.wg.Wait()
 	for range 20 { // what the last requests left behind
@@ -212,7 +212,7 @@ func (f *hostileFlood) Recover(_ context.Context, r *run) {
 	rec := hostileRecord{
 		from: f.began, to: ended, idleKB: f.idle, peakKB: f.peak, sent: res.Sent,
 		outcomes: res.Outcomes, restarted: len(f.pids) > 1,
-		genCPU: genCPU, budget: f.gen.budget,
+		gen: genUse, budget: f.gen.budget,
 	}
 	f.mu.Unlock()
 	if genErr != nil {
@@ -246,7 +246,7 @@ type hostileRecord struct {
 	restBefore, webhookBefore []time.Duration
 	apiCPU                    time.Duration // CPU time the API process used during the flood
 	ownCPU                    time.Duration // and the harness (its clients)
-	genCPU                    time.Duration // and the flood generator's process
+	gen                       floodUsage    // and the flood generator's process, start to exit
 	budget                    string        // how the generator's CPU was limited
 	genErr                    string        // how the generator failed, if it did
 	apiCPUBefore              float64       // the API process's cores in the second before
@@ -279,7 +279,7 @@ func (h hostileRecord) describe() string {
 	}
 	return fmt.Sprintf("%.1fs; API RSS %d MB before, peak %d MB (%+d MB), CPU used: API %.2f cores (%.2f just before; %s per flood request over that), harness %.2f cores (its timers up to %s late), flood generator %.2f cores (%s), load average %s; real traffic meanwhile: %d REST p99 %s (max %s), %d signed webhooks p99 %s (max %s); just before it: %d REST p99 %s, %d signed webhooks p99 %s; %d flood requests (%.0f/s) answered %s%s",
 		secs, h.idleKB>>10, h.peakKB>>10, h.growth()>>20, h.apiCPU.Seconds()/secs, h.apiCPUBefore, perRefusal, h.ownCPU.Seconds()/secs, ms(h.lag),
-		h.genCPU.Seconds()/secs, h.budget, h.load,
+		h.gen.cores(), h.budget, h.load,
 		len(h.rest), ms(p99(h.rest)), ms(slices.Max(append([]time.Duration{0}, h.rest...))),
 		len(h.webhook), ms(p99(h.webhook)), ms(slices.Max(append([]time.Duration{0}, h.webhook...))),
 		len(h.restBefore), ms(p99(h.restBefore)), len(h.webhookBefore), ms(p99(h.webhookBefore)),

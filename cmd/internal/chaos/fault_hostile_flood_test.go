@@ -57,7 +57,7 @@ func TestHostileFloodInjectRecover(t *testing.T) {
 	}
 	r.latency.add(false, time.Now())
 	r.latency.add(true, time.Now())
-	time.Sleep(f.s.pause)
+	waitFor(t, "the flood's posts", func() bool { return posts.Load() >= 20 })
 	f.Recover(context.Background(), r)
 
 	recs := r.hostileRecords()
@@ -68,17 +68,20 @@ func TestHostileFloodInjectRecover(t *testing.T) {
 	if h.idleKB <= 0 || h.peakKB < h.idleKB || h.restarted {
 		t.Errorf("RSS before %d kB, peak %d kB, restarted %t", h.idleKB, h.peakKB, h.restarted)
 	}
-	if h.sent == 0 || h.outcomes["401"] == 0 || posts.Load() == 0 {
+	// A post refused unread is answered 401 or, when the answer comes
+	// while the generator is still writing the body, ends with the
+	// connection: which one is the network's timing.
+	if h.sent == 0 || h.outcomes["401"]+h.outcomes["connection closed"] != h.sent {
 		t.Errorf("flood answers %v after %d requests, %d posts seen", h.outcomes, h.sent, posts.Load())
 	}
-	if h.genErr != "" || h.genCPU <= 0 {
-		t.Errorf("generator: %q, %s of CPU", h.genErr, h.genCPU)
+	if h.genErr != "" || h.gen.CPU <= 0 {
+		t.Errorf("generator: %q, %s of CPU", h.genErr, h.gen.CPU)
 	}
 	if f.gen.cgroup != "" {
 		// A quota is a bound the scheduler keeps whatever the load: the
 		// flood's CPU is at most its budget (and a period's rounding).
-		if most := time.Duration(0.25*float64(h.to.Sub(h.from))) + 2*cfsPeriod; h.genCPU > most {
-			t.Errorf("generator used %s of CPU in %s under a quota of 0.25 cores (%s at most)", h.genCPU, h.to.Sub(h.from), most)
+		if most := time.Duration(0.25*float64(h.gen.Wall)) + 2*cfsPeriod; h.gen.CPU > most {
+			t.Errorf("generator used %s of CPU in %s under a quota of 0.25 cores (%s at most)", h.gen.CPU, h.gen.Wall, most)
 		}
 		if _, err := os.Stat(f.gen.cgroup); !os.IsNotExist(err) {
 			t.Errorf("cgroup %s left behind: %v", f.gen.cgroup, err)

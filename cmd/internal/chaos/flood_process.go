@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -44,6 +45,21 @@ type floodProcess struct {
 	cgroup string // its cgroup's directory; "" when it runs at nice 19
 	// budget says how its CPU is limited, for the log and the report.
 	budget string
+	began  time.Time
+}
+
+// floodUsage is what the generator's process used, from its start to its
+// exit.
+type floodUsage struct {
+	CPU, Wall time.Duration
+}
+
+// cores is its CPU use in cores.
+func (u floodUsage) cores() float64 {
+	if u.Wall <= 0 {
+		return 0
+	}
+	return u.CPU.Seconds() / u.Wall.Seconds()
 }
 
 // startFlood starts the generator and hands it spec. cores > 0 asks for a
@@ -78,6 +94,7 @@ func startFlood(spec floodSpec, cores float64) (*floodProcess, error) {
 		p.removeCgroup()
 		return nil, err
 	}
+	p.began = time.Now()
 	if err := p.cmd.Start(); err != nil {
 		p.removeCgroup()
 		return nil, fmt.Errorf("flood generator: %w", err)
@@ -99,8 +116,8 @@ func startFlood(spec floodSpec, cores float64) (*floodProcess, error) {
 }
 
 // stop ends the flood (the end of stdin) and returns what the generator
-// reported and the CPU time it used.
-func (p *floodProcess) stop() (floodResult, time.Duration, error) {
+// reported and what its process used.
+func (p *floodProcess) stop() (floodResult, floodUsage, error) {
 	_ = p.stdin.Close()
 	done := make(chan error, 1)
 	go func() { done <- p.cmd.Wait() }()
@@ -111,19 +128,19 @@ func (p *floodProcess) stop() (floodResult, time.Duration, error) {
 		_ = p.cmd.Process.Kill()
 		err = errors.Join(errors.New("did not end within 30s of its stdin"), <-done)
 	}
+	use := floodUsage{Wall: time.Since(p.began)}
 	p.removeCgroup()
-	var cpu time.Duration
 	if st := p.cmd.ProcessState; st != nil {
-		cpu = st.UserTime() + st.SystemTime()
+		use.CPU = st.UserTime() + st.SystemTime()
 	}
 	if err != nil {
-		return floodResult{}, cpu, fmt.Errorf("flood generator: %w: %s", err, strings.TrimSpace(p.stderr.String()))
+		return floodResult{}, use, fmt.Errorf("flood generator: %w: %s", err, strings.TrimSpace(p.stderr.String()))
 	}
 	var res floodResult
 	if err := json.Unmarshal(p.stdout.Bytes(), &res); err != nil {
-		return floodResult{}, cpu, fmt.Errorf("flood generator's report %q: %w", p.stdout.String(), err)
+		return floodResult{}, use, fmt.Errorf("flood generator's report %q: %w", p.stdout.String(), err)
 	}
-	return res, cpu, nil
+	return res, use, nil
 }
 
 func (p *floodProcess) kill() {
@@ -138,6 +155,9 @@ func (p *floodProcess) removeCgroup() {
 	}
 }
 
+// floodCgroups numbers the generators' cgroups of this process.
+var floodCgroups atomic.Int64
+
 // makeCPUQuota makes a cgroup under the harness's own in the cgroup v1 cpu
 // controller that may use cores of CPU time per wall-clock second, and
 // returns its directory. Cgroups left by a harness that died (it cannot
@@ -151,14 +171,16 @@ func makeCPUQuota(cores float64) (string, error) {
 	if _, err := os.Stat(filepath.Join(parent, "cpu.cfs_quota_us")); err != nil {
 		return "", fmt.Errorf("no cgroup v1 cpu controller at %s", parent)
 	}
-	stale, _ := filepath.Glob(filepath.Join(parent, "ordo-chaos-flood-*"))
+	// ordo-chaos-flood-<harness pid>-<n>
+	stale, _ := filepath.Glob(filepath.Join(parent, "ordo-chaos-flood-*-*"))
 	for _, d := range stale {
-		if pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), "ordo-chaos-flood-")); err == nil && syscall.Kill(pid, 0) != nil {
+		owner, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), "ordo-chaos-flood-"), "-")
+		if pid, err := strconv.Atoi(owner); err == nil && syscall.Kill(pid, 0) != nil {
 			_ = os.Remove(d)
 		}
 	}
-	dir := filepath.Join(parent, "ordo-chaos-flood-"+strconv.Itoa(os.Getpid()))
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+	dir := filepath.Join(parent, fmt.Sprintf("ordo-chaos-flood-%d-%d", os.Getpid(), floodCgroups.Add(1)))
+	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", err
 	}
 	period := cfsPeriod.Microseconds()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -18,7 +19,9 @@ import (
 // way the generator floods and reports its counts.
 func TestFloodProcessBudget(t *testing.T) {
 	t.Parallel()
+	var posts atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		posts.Add(1)
 		w.Header().Set("Connection", "close")
 		w.WriteHeader(http.StatusTooManyRequests)
 	}))
@@ -30,10 +33,9 @@ func TestFloodProcessBudget(t *testing.T) {
 			t.Fatalf("cores %g: %v", cores, err)
 		}
 		pid := p.cmd.Process.Pid
-		// Wait until the generator has sent (its threads are all started by
-		// then), then look at each of them.
-		waitFor(t, "the generator's first requests", func() bool { return threads(pid) >= 3 })
-		time.Sleep(300 * time.Millisecond)
+		// Once the generator floods, its threads are started; look at each.
+		from := posts.Load()
+		waitFor(t, "the generator's requests", func() bool { return posts.Load() >= from+20 })
 		for _, task := range taskDirs(pid) {
 			if p.cgroup == "" {
 				if nice := statField(t, filepath.Join(task, "stat"), 19); nice != "19" {
@@ -46,16 +48,19 @@ func TestFloodProcessBudget(t *testing.T) {
 				t.Errorf("cores %g: thread %s not in %s:\n%s", cores, filepath.Base(task), p.cgroup, b)
 			}
 		}
-		res, cpu, err := p.stop()
-		if err != nil || res.Sent == 0 || res.Outcomes["429"] == 0 || cpu <= 0 {
-			t.Errorf("cores %g (%s): %+v, %s of CPU, %v", cores, p.budget, res, cpu, err)
+		res, use, err := p.stop()
+		if err != nil || res.Sent == 0 || res.Outcomes["429"] == 0 || use.CPU <= 0 {
+			t.Errorf("cores %g (%s): %+v, %+v, %v", cores, p.budget, res, use, err)
+		}
+		if most := time.Duration(cores*float64(use.Wall)) + 2*cfsPeriod; p.cgroup != "" && use.CPU > most {
+			t.Errorf("cores %g: %s of CPU in %s (%s at most)", cores, use.CPU, use.Wall, most)
 		}
 		if p.cgroup != "" {
 			if _, err := os.Stat(p.cgroup); !os.IsNotExist(err) {
 				t.Errorf("cgroup %s left behind: %v", p.cgroup, err)
 			}
 		}
-		t.Logf("cores %g (%s): %d requests in %s, %s of CPU", cores, p.budget, res.Sent, res.Elapsed.Round(time.Millisecond), cpu)
+		t.Logf("cores %g (%s): %d requests in %s, %s of CPU in %s", cores, p.budget, res.Sent, res.Elapsed.Round(time.Millisecond), use.CPU, use.Wall.Round(time.Millisecond))
 	}
 }
 
@@ -63,8 +68,6 @@ func taskDirs(pid int) []string {
 	d, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*")
 	return d
 }
-
-func threads(pid int) int { return len(taskDirs(pid)) }
 
 // statField is field n (1-based, as proc(5) numbers them) of a stat file.
 func statField(t *testing.T, path string, n int) string {
