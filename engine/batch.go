@@ -162,10 +162,19 @@ func (b *batcher) isLocked(k convKey) bool {
 func (b *batcher) markLocked(k convKey) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	now := time.Now()
 	if b.locked == nil {
 		b.locked = make(map[convKey]time.Time)
 	}
-	b.locked[k] = time.Now().Add(LockTimeout)
+	// Found locked is rare (an import holding rows): forgetting the ones
+	// whose time is over here keeps the map to those of the last
+	// LockTimeout.
+	for c, until := range b.locked {
+		if now.After(until) {
+			delete(b.locked, c)
+		}
+	}
+	b.locked[k] = now.Add(LockTimeout)
 }
 
 // errLocked is the answer to a message of a conversation found locked.

@@ -609,3 +609,25 @@ func TestIngestReusedMessageIDInOneBatch(t *testing.T) {
 		t.Fatalf("%d seqs handed out, want 1", n)
 	}
 }
+
+// The conversations found locked are forgotten once their time is over,
+// even when none of their messages comes again: an API process up for
+// weeks must not keep every conversation an import ever held (the map
+// only lost an entry when that conversation was asked about again).
+func TestLockedConversationsAreForgotten(t *testing.T) {
+	t.Parallel()
+	b := newBatcher()
+	for i := range 1000 {
+		b.markLocked(convKey{"acme", fmt.Sprint(i)})
+	}
+	for k := range b.locked {
+		b.locked[k] = time.Now().Add(-time.Millisecond) // their time is over
+	}
+	b.markLocked(convKey{"acme", "now"})
+	if n := len(b.locked); n != 1 {
+		t.Fatalf("%d conversations remembered as locked; want only the one just found locked", n)
+	}
+	if !b.isLocked(convKey{"acme", "now"}) {
+		t.Fatal("the conversation just found locked is not remembered")
+	}
+}

@@ -53,6 +53,9 @@ type hooks struct {
 	// awaitingReplies: a drain found an async handle step with no replies
 	// yet and is about to park its conversation until the deadline.
 	awaitingReplies func(stepID int64)
+	// beforeWait: a drain found its tenant's handler, number or sending
+	// away and is about to mark its conversation waiting for it.
+	beforeWait func(conv int64)
 	// beforeExpire: a drain found an async handle step past its deadline
 	// with no replies and is about to dead-letter it.
 	beforeExpire func(stepID int64)

@@ -22,6 +22,11 @@ func SetHooks(r *Runner, beforeFinish func(conv int64), afterEffect func(stepID 
 // as running and before its external call.
 func SetBeforeEffect(r *Runner, f func(stepID int64)) { r.drainer.hooks.beforeEffect = f }
 
+// SetBeforeWait sets the hook that runs when a drain found its tenant's
+// handler, number or sending away and is about to mark its conversation
+// waiting for it.
+func SetBeforeWait(r *Runner, f func(conv int64)) { r.drainer.hooks.beforeWait = f }
+
 // SetReplyHooks sets the hooks that run when a drain is about to park a
 // conversation whose async handler has not posted its replies yet
 // (awaiting), and when it is about to dead-letter one past its deadline

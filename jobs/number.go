@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/ordo-dev/ordo/jobs/metrics"
 	"github.com/ordo-dev/ordo/jobs/whatsapp"
 )
@@ -48,9 +46,6 @@ const (
 	numberFailedQuery = `SELECT verdict, went_down, wait FROM ordo.number_failed($1, $2, $3, $4, $5, $6, $7, $8, NULL)`
 	numberProbeQuery  = `SELECT go, wait FROM ordo.number_probe($1, make_interval(secs => $2::float8 / 1000))`
 	numberBackQuery   = `SELECT ordo.number_back($1)`
-	// markNumberWait marks the conversation as waiting for its tenant's
-	// number (ordo.number_back wakes those).
-	markNumberWait = `UPDATE ordo.conversations SET number_wait = true WHERE id = $1 AND fence = $2`
 	// keepUnknown records a 5xx answer to a send while the number is only
 	// suspected away: ambiguous as ever (status unknown, counted), its
 	// attempt given back.
@@ -92,10 +87,7 @@ func (r *run) probeNumber(ctx context.Context, st *step) (out outcome, ok bool, 
 	// The prober wakes everyone when a send goes through
 	// (ordo.number_back); until then the others look again only at the
 	// probe's latest pace, in case its prober died.
-	delay := NumberProbeMax
-	if wait != nil {
-		delay = max(*wait, NumberProbeMax)
-	}
+	delay := probeLook(wait, NumberProbeMax)
 	out, err = r.waitForNumber(ctx, st, unstartStep, []byte("[]"), delay)
 	return out, false, err
 }
@@ -153,10 +145,8 @@ func (r *run) numberFailed(ctx context.Context, st *step, f *failure, entry []by
 // keepUnknown, with entry for its error history) and parks the
 // conversation until delay has passed or the number is back.
 func (r *run) waitForNumber(ctx context.Context, st *step, give string, entry []byte, delay time.Duration) (outcome, error) {
-	b := &pgx.Batch{}
-	b.Queue(give, st.id, entry)
-	b.Queue(markNumberWait, r.s.conv, r.s.fence)
-	if err := r.s.write(ctx, b); err != nil {
+	out, err := r.waitFor(ctx, "number", st, give, entry, delay)
+	if err != nil {
 		return outcome{}, err
 	}
 	st.started, st.status = false, "pending"
@@ -165,7 +155,7 @@ func (r *run) waitForNumber(ctx context.Context, st *step, give string, entry []
 		r.d.cfg.Metrics.Step(st.kind, metrics.StepAmbiguous)
 	}
 	r.d.cfg.Metrics.Step(st.kind, metrics.StepWaiting)
-	return outcome{kind: outcomeWait, delay: delay}, nil
+	return out, nil
 }
 
 // numberAnswered is called after a send the Cloud API answered — it went

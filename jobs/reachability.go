@@ -37,9 +37,6 @@ const (
 	handlerDownQuery  = `SELECT went_down, wait FROM ordo.handler_down($1, $2, $3)`
 	handlerProbeQuery = `SELECT go, wait FROM ordo.handler_probe($1, make_interval(secs => $2::float8 / 1000))`
 	handlerBackQuery  = `SELECT ordo.handler_back($1)`
-	// markHandlerWait marks the conversation as waiting for its tenant's
-	// handler (ordo.handler_back wakes those).
-	markHandlerWait = `UPDATE ordo.conversations SET handler_wait = true WHERE id = $1 AND fence = $2`
 )
 
 // handlerOutage says whether the tenant's handler is unreachable and its
@@ -69,14 +66,23 @@ func (r *run) probeHandler(ctx context.Context, st *step) (out outcome, ok bool,
 		return outcome{}, true, nil
 	}
 	// The prober wakes everyone when the handler answers
-	// (ordo.handler_back); until then the others look again only at the
-	// probe's latest pace, in case its prober died.
-	delay := HandlerProbeMax
-	if wait != nil {
-		delay = max(*wait, HandlerProbeMax)
-	}
+	// (ordo.handler_back); until then the others look again when the probe
+	// is free again (its time, or its prober's hold, in case the prober
+	// died: make chaos-ha kills workers every few seconds).
+	delay := probeLook(wait, HandlerProbeMax)
 	out, err = r.waitForHandler(ctx, st, delay)
 	return out, false, err
+}
+
+// probeLook is when a conversation told "not your probe" looks again: when
+// the probe is free again (wait), at least a second later so that no
+// conversation spins on a probe about to be taken, at most max (nil wait:
+// max).
+func probeLook(wait *time.Duration, most time.Duration) time.Duration {
+	if wait == nil {
+		return most
+	}
+	return min(max(*wait, time.Second), most)
 }
 
 // handlerUnreachable records that the handler did not answer the call of
@@ -109,17 +115,44 @@ func (r *run) handlerUnreachable(ctx context.Context, st *step, f *failure) (out
 // waitForHandler gives back st's attempt, if this drain recorded one, and
 // parks the conversation until delay has passed or the handler is back.
 func (r *run) waitForHandler(ctx context.Context, st *step, delay time.Duration) (outcome, error) {
-	b := &pgx.Batch{}
+	give := ""
 	if st.started && st.id != 0 {
-		b.Queue(unstartStep, st.id, []byte("[]"))
+		give = unstartStep
 	}
-	b.Queue(markHandlerWait, r.s.conv, r.s.fence)
-	if err := r.s.write(ctx, b); err != nil {
-		return outcome{}, err
-	}
-	if st.started {
+	out, err := r.waitFor(ctx, "handler", st, give, []byte("[]"), delay)
+	if err == nil && st.started {
 		st.started, st.status = false, "pending"
 		r.d.cfg.Metrics.Step(st.kind, metrics.StepWaiting)
+	}
+	return out, err
+}
+
+// waitForQuery marks the conversation waiting for a dependency of its
+// tenant, if that is still away (ordo.wait_for_dependency).
+const waitForQuery = `SELECT ordo.wait_for_dependency($1, $2, $3, $4)`
+
+// waitFor parks the conversation until what its tenant depends on — its
+// "handler", its "number", its "sending" — is back, or delay has passed:
+// in one transaction it marks the conversation, which the way back wakes,
+// and gives back st's attempt with give (an UPDATE of the step taking its
+// id and entry; "" for none). When the dependency came back meanwhile the
+// conversation goes on at once: the way back either saw the mark or was
+// seen by it (ordo.wait_for_dependency), never neither.
+func (r *run) waitFor(ctx context.Context, what string, st *step, give string, entry []byte, delay time.Duration) (outcome, error) {
+	if r.d.hooks.beforeWait != nil {
+		r.d.hooks.beforeWait(r.s.conv)
+	}
+	var away bool
+	b := &pgx.Batch{}
+	b.Queue(waitForQuery, r.tenant.ID, what, r.s.conv, r.s.fence).QueryRow(func(row pgx.Row) error { return row.Scan(&away) })
+	if give != "" {
+		b.Queue(give, st.id, entry)
+	}
+	if err := r.s.send(ctx, b); err != nil {
+		return outcome{}, err
+	}
+	if !away {
+		delay = 0
 	}
 	return outcome{kind: outcomeWait, delay: delay}, nil
 }

@@ -207,3 +207,43 @@ func TestHandlerUnreachablePastTheOutageLimitDeadLetters(t *testing.T) {
 		t.Fatalf("dead letter reason %q; want the attempts and the n8n hint", reason)
 	}
 }
+
+// A handler back while a drain decides to wait for it must not leave that
+// drain's conversation waiting: the chaos run with Patroni (make chaos-ha)
+// saw inbound messages handled 125 s after their handler answered again.
+// A drain that was told "not your probe" parked its conversation for a
+// minute, and the prober's ordo.handler_back, which wakes the waiting
+// conversations, ran between that answer and the drain's mark: it found
+// nothing marked, and the mark came after. The hook forces that order:
+// the handler comes back after the drain's probe answer and before its mark.
+func TestHandlerBackWhileADrainDecidesToWaitWakesIt(t *testing.T) {
+	t.Parallel()
+	h := newFlakyHandler(t)
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true, HandlerURL: h.URL()})
+	ctx := context.Background()
+	// The handler was unreachable and another drain holds the probe for an
+	// hour: this drain is told to wait.
+	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET handler_down_since = now(), handler_probe_at = now() + interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	jobs.SetBeforeWait(b.Runner, func(int64) {
+		once.Do(func() {
+			// The prober got its answer: the handler is back.
+			if _, err := b.Pool.Exec(ctx, `SELECT ordo.handler_back(id) FROM ordo.tenants`); err != nil {
+				t.Error(err)
+			}
+		})
+	})
+	b.Start()
+	if _, err := b.Engine.Ingest(ctx, engine.NewMessage{Tenant: b.Tenant.Slug, ConversationID: "c1", MessageID: "in1", Direction: "inbound", Payload: []byte(`{"text":"hi"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	// Well under jobs.HandlerProbeMax, the wait the conversation was parked for.
+	b.WaitFor("the message handled soon after its handler was back", 20*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`) == 1
+	})
+	if n := b.Count(`SELECT count(*) FROM ordo.conversations WHERE handler_wait`); n != 0 {
+		t.Fatalf("%d conversations still marked waiting for a handler that is back", n)
+	}
+}

@@ -357,38 +357,17 @@ func (s *session) fail(err error) error {
 	return err
 }
 
-// finishQuery ends a drain when the conversation has nothing left: under
-// the row lock ingest takes, the conversation leaves the ready set (a message
-// committed meanwhile makes it match nothing, and the drain goes on) and the
-// drain's lock is released; the next drain's takeover waits for this row
-// lock, so it sees every write of this one.
-const finishQuery = `
-WITH c AS (
-    SELECT id FROM ordo.conversations WHERE id = $1 AND fence = $2 AND head_seq = last_seq FOR NO KEY UPDATE),
-d AS (DELETE FROM ordo.ready r USING c WHERE r.conversation_pk = c.id)
-SELECT ordo.drain_unlock(c.id, $3) FROM c`
-
-const positionQuery = `SELECT fence, last_seq FROM ordo.conversations WHERE id = $1`
+// finishQuery ends a drain when the conversation has nothing left
+// (ordo.finish_drain): false when a message arrived and the drain goes on.
+const finishQuery = `SELECT ordo.finish_drain($1, $2, $3)`
 
 // finish ends the drain if the conversation is caught up; false means a
 // message arrived and the drain must go on.
 func (s *session) finish(ctx context.Context) (bool, error) {
-	var unlocked bool
-	s.touch()
-	err := s.conn.QueryRow(ctx, finishQuery, s.conv, s.fence, s.after).Scan(&unlocked)
-	if err == nil {
-		s.unlocked = unlocked
-		return true, nil
+	var done bool
+	if err := s.queryRow(ctx, finishQuery, []any{s.conv, s.fence, s.after}, &done); err != nil {
+		return false, fmt.Errorf("finish drain: %w", err)
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return false, s.fail(fmt.Errorf("finish drain: %w", err))
-	}
-	var fence, last int64
-	if err := s.conn.QueryRow(ctx, positionQuery, s.conv).Scan(&fence, &last); err != nil {
-		return false, s.fail(fmt.Errorf("read conversation: %w", err))
-	}
-	if fence != s.fence {
-		return false, ErrFenced
-	}
-	return false, nil
+	s.unlocked = done
+	return done, nil
 }

@@ -635,10 +635,6 @@ const unstartStep = `
 UPDATE ordo.steps SET status = 'pending', attempts = greatest(attempts - 1, 0), errors = errors || $2::jsonb
 WHERE id = $1`
 
-// markPausedWait marks the conversation as waiting for its tenant's resume
-// (ordo.resume_sending wakes those) and gives up any send slot it holds.
-const markPausedWait = `UPDATE ordo.conversations SET paused_wait = true, send_slot_at = NULL WHERE id = $1 AND fence = $2`
-
 // pauseTenant pauses the tenant's sending once; the count says whether this
 // call did (so one drain logs it, not every drain of the tenant).
 const pauseTenant = `
@@ -662,12 +658,12 @@ func (r *run) pauseSending(ctx context.Context, st *step, reason string, entry [
 	if err := r.s.conn.QueryRow(ctx, pauseTenant, r.tenant.ID, reason).Scan(&paused); err != nil {
 		return outcome{}, r.s.fail(fmt.Errorf("pause tenant: %w", err))
 	}
-	b := &pgx.Batch{}
+	give := ""
 	if st != nil {
-		b.Queue(unstartStep, st.id, entry)
+		give = unstartStep
 	}
-	b.Queue(markPausedWait, r.s.conv, r.s.fence)
-	if err := r.s.write(ctx, b); err != nil {
+	out, err := r.waitFor(ctx, "sending", st, give, entry, r.d.cfg.PausedRecheck)
+	if err != nil {
 		return outcome{}, err
 	}
 	if st != nil {
@@ -678,7 +674,7 @@ func (r *run) pauseSending(ctx context.Context, st *step, reason string, entry [
 		r.log.WarnContext(ctx, "tenant's sending paused: its conversations wait until an operator runs `ordo tenant resume`",
 			slog.String("tenant", r.tenant.Slug), slog.String("reason", reason))
 	}
-	return outcome{kind: outcomeWait, delay: r.d.cfg.PausedRecheck}, nil
+	return out, nil
 }
 
 // backoff is exponential with jitter; a provider's Retry-After wins.
