@@ -81,6 +81,10 @@ type soakSample struct {
 	// messages counts ordo.messages' rows; deadTuples sums every table's
 	// n_dead_tup (statistics an immediate restart of Postgres resets).
 	tableBytes, indexBytes, messages, deadTuples int64
+	// liveTuples sums every table's n_live_tup: autovacuum lets a table's
+	// dead tuples grow with it (20% of its rows by default) before it
+	// vacuums, so dead tuples are judged per live row.
+	liveTuples int64
 	// p99Accept is the clients' wait for a 2xx (retries included), p99Send
 	// from the first offer of a message to the provider's first delivery
 	// of its (first) text, over the requests of the minute before.
@@ -182,6 +186,7 @@ const soakDBQuery = `
 SELECT coalesce(sum(pg_table_size(c.oid)), 0)::bigint,
        coalesce(sum(pg_indexes_size(c.oid)), 0)::bigint,
        coalesce(sum(s.n_dead_tup), 0)::bigint,
+       coalesce(sum(s.n_live_tup), 0)::bigint,
        (SELECT count(*) FROM ordo.messages)
 FROM pg_class c
 JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -189,7 +194,7 @@ LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
 WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'`
 
 func (s *soakSampler) readDatabase(ctx context.Context, smp *soakSample) {
-	smp.tableBytes, smp.indexBytes, smp.deadTuples, smp.messages = -1, -1, -1, -1
+	smp.tableBytes, smp.indexBytes, smp.deadTuples, smp.liveTuples, smp.messages = -1, -1, -1, -1, -1
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, s.r.dbURL)
@@ -197,7 +202,7 @@ func (s *soakSampler) readDatabase(ctx context.Context, smp *soakSample) {
 		return
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	_ = conn.QueryRow(ctx, soakDBQuery).Scan(&smp.tableBytes, &smp.indexBytes, &smp.deadTuples, &smp.messages)
+	_ = conn.QueryRow(ctx, soakDBQuery).Scan(&smp.tableBytes, &smp.indexBytes, &smp.deadTuples, &smp.liveTuples, &smp.messages)
 }
 
 // soakTarget is what the sampler needs of one ordo process.

@@ -50,6 +50,40 @@ func TestJudgeSoakSeries(t *testing.T) {
 	}
 }
 
+// TestDeadTuplesJudgedPerLiveRow: tables that grow all along with
+// autovacuum at its 20% scale factor saw-tooth ever higher in dead tuples
+// (the soak of 2026-11-27, judged by count: 4,153 → 29,816, a failure);
+// per live row they are bounded. Vacuum held back (an old snapshot) is not.
+func TestDeadTuplesJudgedPerLiveRow(t *testing.T) {
+	t.Parallel()
+	series := func(vacuumed bool) soakSeries {
+		var samples []soakSample
+		dead := int64(0)
+		for i := range 60 {
+			live := int64(i+1) * 6000 // a table growing all along
+			dead += 18000             // each new row updated three times
+			if vacuumed && dead > live/5 {
+				dead = 500 // autovacuum at its scale factor
+			}
+			samples = append(samples, soakSample{at: time.Duration(i+1) * time.Minute, deadTuples: dead, liveTuples: live,
+				tableBytes: -1, indexBytes: -1, messages: -1})
+		}
+		for _, s := range soakSeriesOf(samples) {
+			if s.name == "dead tuples per 100 live rows" {
+				return s
+			}
+		}
+		t.Fatal("no series \"dead tuples per 100 live rows\"")
+		return soakSeries{}
+	}
+	if v := judgeSoakSeries(series(true), time.Minute); !v.ok {
+		t.Errorf("vacuumed at 20%% of a growing table: %s; want flat or bounded", v.why)
+	}
+	if v := judgeSoakSeries(series(false), time.Minute); v.ok {
+		t.Errorf("never vacuumed: %s; want a failure", v.why)
+	}
+}
+
 // TestSoakReport: the table names every process and series, and the plot
 // is a PNG.
 func TestSoakReport(t *testing.T) {
@@ -61,7 +95,7 @@ func TestSoakReport(t *testing.T) {
 			procs: map[string]soakProc{
 				"api":      {rssBytes: 40 << 20, goroutines: 30, openFiles: 12, conns: 4, clientConns: 4, inFlight: 1, poolConns: 3, poolMax: 75},
 				"worker-1": {rssBytes: 50 << 20, goroutines: 80, openFiles: 20, conns: 0, clientConns: 0, inFlight: 1, poolConns: 10, poolMax: 41}},
-			tableBytes: int64(i+1) << 20, indexBytes: int64(i+1) << 19, messages: int64(i+1) * 1000, deadTuples: 100,
+			tableBytes: int64(i+1) << 20, indexBytes: int64(i+1) << 19, messages: int64(i+1) * 1000, deadTuples: 100, liveTuples: int64(i+1) * 3000,
 			p99Accept: 20 * time.Millisecond, p99Send: 300 * time.Millisecond, accepted: 2000, sent: 2000,
 		})
 	}
@@ -73,7 +107,7 @@ func TestSoakReport(t *testing.T) {
 	}
 	var md bytes.Buffer
 	sr.writeMarkdown(&md)
-	for _, want := range []string{"rss worker-1", "goroutines api beyond connections and requests", "open files api beyond connections", "connections api no client holds", "database connections worker-1", "table bytes per message", "dead tuples", "p99 offer to send", "| 5 |", "–", "passed, 0 failed"} {
+	for _, want := range []string{"rss worker-1", "goroutines api beyond connections and requests", "open files api beyond connections", "connections api no client holds", "database connections worker-1", "table bytes per message", "dead tuples per 100 live rows", "p99 offer to send", "| 5 |", "–", "passed, 0 failed"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, md.String())
 		}

@@ -28,7 +28,7 @@ var soakPanels = []struct {
 	{"open files per process", "files", []string{"open files "}},
 	{"connections per process", "connections", []string{"connections ", "database connections "}},
 	{"table and index bytes per stored message", "bytes", []string{"table bytes", "index bytes"}},
-	{"dead tuples", "tuples", []string{"dead tuples"}},
+	{"dead tuples per 100 live rows", "%", []string{"dead tuples"}},
 	{"p99 latency", "ms", []string{"p99 "}},
 }
 
