@@ -45,7 +45,7 @@ import (
 const (
 	numberFailedQuery = `SELECT verdict, went_down, wait FROM ordo.number_failed($1, $2, $3, $4, $5, $6, $7, $8, NULL)`
 	numberProbeQuery  = `SELECT go, wait FROM ordo.number_probe($1, make_interval(secs => $2::float8 / 1000))`
-	numberBackQuery   = `SELECT ordo.number_back($1)`
+	numberBackQuery   = `SELECT ordo.number_back($1, $2)`
 	// keepUnknown records a 5xx answer to a send while the number is only
 	// suspected away: ambiguous as ever (status unknown, counted), its
 	// attempt given back.

@@ -21,8 +21,12 @@ import (
 //     than leaving at Meta in one instant with the on-time slots after it;
 //   - pair rate: a conversation is one user, so the minimum gap between two
 //     sends to a user is the conversation's pair_ready_at (set from each
-//     send's answer), waited for before a number slot is taken (a user's gap
-//     never holds up the number);
+//     send's answer when the tenant has a pair gap, and from each 131056
+//     error's record by Meta's 4^X schedule), waited for before a number
+//     slot is taken (a user's gap never holds up the number). It is checked
+//     where every send starts, so no path that starts one early — a claim
+//     on a stale read, a wake-up that cut the drain's park short — gets
+//     past Meta's pair-rate advice;
 //   - a throttled number (Meta's 130429, 4, 80007) gets its next slot pushed
 //     out by the retry delay, slots already handed out inside that window are
 //     given up, so every conversation of the number slows down (slowNumber);
@@ -51,6 +55,21 @@ func pairRateDelay(consecutive int, unit time.Duration) time.Duration {
 		}
 	}
 	return min(d, time.Hour)
+}
+
+// pairRateSchedule is pairRateDelay for 1, 2, … consecutive errors, up to
+// its cap (the last entry stands for every run longer than the schedule):
+// the model handed to the failure's record (recordFailure), which picks the
+// entry for the step's run of errors, a count that lives in the step row.
+func pairRateSchedule(unit time.Duration) []time.Duration {
+	var s []time.Duration
+	for n := 1; ; n++ {
+		d := pairRateDelay(n, unit)
+		s = append(s, d)
+		if d >= time.Hour || d <= 0 {
+			return s
+		}
+	}
 }
 
 // sleep waits d or until ctx ends.

@@ -36,7 +36,7 @@ const HandlerProbeMax = time.Minute
 const (
 	handlerDownQuery  = `SELECT went_down, wait FROM ordo.handler_down($1, $2, $3)`
 	handlerProbeQuery = `SELECT go, wait FROM ordo.handler_probe($1, make_interval(secs => $2::float8 / 1000))`
-	handlerBackQuery  = `SELECT ordo.handler_back($1)`
+	handlerBackQuery  = `SELECT ordo.handler_back($1, $2)`
 )
 
 // handlerOutage says whether the tenant's handler is unreachable and its
@@ -170,12 +170,14 @@ func (r *run) handlerAnswered(ctx context.Context) {
 
 // dependencyBack records that a dependency of the tenant (its handler, its
 // number) is back with query (ordo.handler_back, ordo.number_back), which
-// wakes the conversations that waited for it; said is logged when this
-// call brought it back. A failure leaves it to the next probe.
+// wakes the conversations that waited for it — not this run's own, whose
+// drain goes on and keeps whatever wait it records next (a Retry-After,
+// Meta's pair-rate advice); said is logged when this call brought it back.
+// A failure leaves it to the next probe.
 func (r *run) dependencyBack(ctx context.Context, query, what, said string) {
 	var back bool
 	r.s.touch()
-	if err := r.s.conn.QueryRow(ctx, query, r.tenant.ID).Scan(&back); err != nil {
+	if err := r.s.conn.QueryRow(ctx, query, r.tenant.ID, r.s.conv).Scan(&back); err != nil {
 		r.log.WarnContext(ctx, "record "+what+" back", slog.String("tenant", r.tenant.Slug), slog.String("error", err.Error()))
 		_ = r.s.fail(err)
 		return

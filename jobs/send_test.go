@@ -78,6 +78,20 @@ func TestPairRateDelay(t *testing.T) {
 	}
 }
 
+// The schedule handed to the failure's record is pairRateDelay for each run
+// of errors up to the cap, whose entry then stands for every longer run.
+func TestPairRateSchedule(t *testing.T) {
+	t.Parallel()
+	for _, unit := range []time.Duration{50 * time.Millisecond, time.Second, time.Hour, 2 * time.Hour} {
+		s := pairRateSchedule(unit)
+		for n := 1; n <= 40; n++ {
+			if got, want := s[min(n, len(s))-1], pairRateDelay(n, unit); got != want {
+				t.Errorf("unit %s, %d errors: schedule says %s, pairRateDelay %s", unit, n, got, want)
+			}
+		}
+	}
+}
+
 // A sleep ends early when its context does.
 func TestSleepHonoursContext(t *testing.T) {
 	t.Parallel()

@@ -536,8 +536,27 @@ UPDATE ordo.steps SET
     errors           = errors || $3::jsonb,
     ambiguous_count  = ambiguous_count + CASE WHEN $2 = 'unknown' THEN 1 ELSE 0 END,
     pair_rate_errors = CASE WHEN $4 THEN pair_rate_errors + 1 ELSE 0 END
-WHERE id = $1
-RETURNING pair_rate_errors`
+WHERE id = $1`
+
+// countPairRate counts a 131056 that dead-letters its step in the step's
+// run of pair-rate errors, for holdPairRate.
+const countPairRate = `UPDATE ordo.steps SET pair_rate_errors = pair_rate_errors + 1 WHERE id = $1`
+
+// holdPairRate moves conversation $1's pair_ready_at out by the entry of
+// schedule $3 (pairRateSchedule) for step $2's run of pair-rate errors,
+// counted in the same write, from now on the database's clock; it returns
+// how long that is. ordo.reserve_send holds the user's next send until
+// then, whichever path starts it — a claim, a wake-up, a takeover, the next
+// message after a dead letter — not only the ready row's due time the
+// drain parks with. After the step's record (the conversation row is the
+// fence check's already, in the same mode: sql/LOCKING.md).
+const holdPairRate = `
+UPDATE ordo.conversations c
+SET pair_ready_at = greatest(c.pair_ready_at,
+    clock_timestamp() + ($3::interval[])[least(s.pair_rate_errors, cardinality($3::interval[]))])
+FROM ordo.steps s
+WHERE s.id = $2 AND c.id = $1
+RETURNING c.pair_ready_at - clock_timestamp()`
 
 // deadLetterQuery ends a message in a dead letter, and halts its
 // conversation or moves its head past it (ordo.dead_letter).
@@ -565,7 +584,16 @@ func (r *run) failed(ctx context.Context, m message, st *step, f *failure) (outc
 		return r.handlerUnreachable(ctx, st, f)
 	case f.action != actAmbiguous && st.attempts >= r.tenant.MaxAttempts:
 		// An ambiguous send is settled first (it may have gone out).
-		return r.deadLetter(ctx, m, st, "attempts exhausted ("+strconv.Itoa(st.attempts)+"): "+f.msg, entry)
+		var guard func(*pgx.Batch)
+		if f.action == actPairRate {
+			// Meta's wait is the user's: it holds for the next message
+			// (the tenant's skip policy), or for a replay.
+			guard = func(b *pgx.Batch) {
+				b.Queue(countPairRate, st.id)
+				b.Queue(holdPairRate, r.s.conv, st.id, pairRateSchedule(r.d.cfg.PairRateUnit))
+			}
+		}
+		return r.deadLetterWith(ctx, m, st, "attempts exhausted ("+strconv.Itoa(st.attempts)+"): "+f.msg, entry, guard)
 	}
 
 	status, delay := "pending", r.d.backoff(st.attempts, f.retryAfter)
@@ -576,15 +604,14 @@ func (r *run) failed(ctx context.Context, m message, st *step, f *failure) (outc
 	if f.action == actThrottle && r.cred != nil {
 		b.Queue(slowNumber, r.cred.PhoneNumberID, delay) // send_pacing before the step (sql/LOCKING.md)
 	}
-	var pairErrors int
-	b.Queue(recordFailure, st.id, status, entry, f.action == actPairRate).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&pairErrors)
-	})
+	b.Queue(recordFailure, st.id, status, entry, f.action == actPairRate)
+	if f.action == actPairRate {
+		b.Queue(holdPairRate, r.s.conv, st.id, pairRateSchedule(r.d.cfg.PairRateUnit)).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&delay)
+		})
+	}
 	if err := r.s.write(ctx, b); err != nil {
 		return outcome{}, err
-	}
-	if f.action == actPairRate {
-		delay = pairRateDelay(pairErrors, r.d.cfg.PairRateUnit)
 	}
 	if status == "unknown" {
 		r.d.cfg.Metrics.Step(st.kind, metrics.StepAmbiguous)

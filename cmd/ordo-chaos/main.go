@@ -20,6 +20,14 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == chaos.FloodCommand {
+		// The hostile flood's generator, started by the run itself.
+		if err := chaos.FloodMain(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "ordo-chaos %s: %v\n", chaos.FloodCommand, err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	env := cli.ReadEnv()
@@ -41,6 +49,7 @@ func main() {
 	fs.IntVar(&c.OperatorResolves, "operator-resolves", 2, "dead letters replayed or skipped while their conversations are busy")
 	fs.IntVar(&c.SQLBatch, "sql-batch", 20, "an application enqueuing through ordo.enqueue_message, this many conversations per transaction, some rolled back (0: none)")
 	fs.DurationVar(&c.HostileFor, "hostile", 20*time.Second, "how long strangers flood the webhook with 200 concurrent unsigned 8 MB posts, once, while the load flows (0: no flood)")
+	fs.Float64Var(&c.HostileCores, "hostile-cores", chaos.HostileCoresDefault, "the CPU the flood's own process may use, in cores (a cgroup v1 CPU quota: the attacker's machine); negative: nice 19 instead")
 	fs.DurationVar(&c.PGAway, "pg-away", chaos.PGAwayDefault, "how long Postgres is stopped, once, under load (negative: no outage; not with --ha)")
 	fs.DurationVar(&c.HandlerOutage, "handler-outage", 0, fmt.Sprintf("how long the tenants' handler is away, once: refusing connections, then n8n's 404 (0: %s when --duration is at least %s, else half of --duration; negative: none)", chaos.HandlerOutageFull, chaos.HandlerOutageFullFrom))
 	fs.DurationVar(&c.CloudAPIOutage, "cloudapi-outage", chaos.CloudAPIOutageDefault, "how long the Cloud API answers every send 503 (131016), once, in a run long enough for it and 30 s of load after (negative: none)")

@@ -11,7 +11,8 @@
 -- another drain holds is passed over.
 --   * A batch (p_max >= 1, number p_phone given, ordo.may_batch): while the
 --     next conversation's next message is outbound with no step yet, and
---     the conversation is not halted and holds no reserved send slot, it
+--     the conversation is not halted, holds no reserved send slot and its
+--     user's pair-rate wait (pair_ready_at, a 131056's) is over, it
 --     joins the batch, up to p_max; the walk stops at the first that needs
 --     a full drain, so the batch never jumps ahead of an older
 --     conversation. The batch's rows are then taken FOR UPDATE SKIP LOCKED
@@ -23,9 +24,11 @@
 --   * Otherwise, with p_alone, the first due conversation another drain
 --     does not hold is claimed alone: with p_cap > 0, one of the tenant's
 --     p_cap concurrency slots first (advisory locks (-1 - slot, tenant),
---     tried; none free: nothing), then its row FOR UPDATE (the takeover),
---     and its next message is read, and its first step started when it may
---     start now (ordo.next_step): one row per step of that message (one
+--     tried; none free: nothing), then its row FOR UPDATE (the takeover)
+--     if its ready row, read again under that row, is still due (the
+--     walk's read may be stale by then), and its next message is read,
+--     and its first step started when it may start now
+--     (ordo.next_step): one row per step of that message (one
 --     with NULL step_* when it has none, NULL message_* when there is no
 --     next message), slot the slot it holds.
 -- p_release_slot of tenant p_release_tenant — the slot of the runner's
@@ -94,6 +97,7 @@ BEGIN
         FOR v_cand IN
             SELECT r.conversation_pk AS id,
                    coalesce(c.halted_at IS NULL AND c.send_slot_at IS NULL
+                            AND (c.pair_ready_at IS NULL OR c.pair_ready_at <= now())
                             AND m.direction = 'outbound' AND st.message_pk IS NULL, false) AS quiet
             FROM ordo.ready r
             JOIN ordo.conversations c ON c.id = r.conversation_pk
@@ -152,11 +156,20 @@ BEGIN
                 -- the drain before (its fence check holds the row), and a
                 -- stale drain's later writes fail on the bumped fence.
                 PERFORM 1 FROM ordo.conversations c WHERE c.id = v_cand.id FOR UPDATE;
-                UPDATE ordo.conversations c SET fence = c.fence + 1 WHERE c.id = v_cand.id
+                -- Still due? The walk's rows were read when it began; since
+                -- then (this claim waited for an earlier row, or for the
+                -- CPU) another drain may have taken this one, run it and
+                -- parked it for later — a backoff, a Retry-After, Meta's
+                -- pair-rate wait — or caught it up. Read again now, under
+                -- the row every writer of the ready row takes first, on the
+                -- clock (this transaction's start may be well past by now).
+                UPDATE ordo.conversations c SET fence = c.fence + 1
+                WHERE c.id = v_cand.id
+                  AND EXISTS (SELECT 1 FROM ordo.ready r WHERE r.conversation_pk = c.id AND r.due_at <= clock_timestamp())
                 RETURNING c.id, c.fence, c.conversation_id, c.head_seq, c.last_seq, c.halted_at IS NOT NULL AS halted
                 INTO v_c;
                 IF NOT FOUND THEN
-                    PERFORM ordo.drain_unlock(v_cand.id, NULL); -- deleted meanwhile
+                    PERFORM ordo.drain_unlock(v_cand.id, NULL); -- deleted, or not due any more
                     CONTINUE;
                 END IF;
                 v_conv := v_cand.id;
@@ -202,6 +215,7 @@ BEGIN
         SELECT c.id FROM ordo.conversations c
         JOIN ordo.messages m ON m.conversation_pk = c.id AND m.seq = c.head_seq + 1
         WHERE c.id = ANY (v_convs) AND c.halted_at IS NULL AND c.send_slot_at IS NULL AND m.direction = 'outbound'
+          AND (c.pair_ready_at IS NULL OR c.pair_ready_at <= now())
           AND NOT EXISTS (SELECT 1 FROM ordo.steps s WHERE s.message_pk = m.id)
         FOR UPDATE OF c SKIP LOCKED) l;
     PERFORM ordo.drain_unlock(x, NULL) FROM unnest(v_convs) x WHERE x <> ALL (coalesce(v_ok, '{}'));

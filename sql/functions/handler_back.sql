@@ -2,8 +2,11 @@
 -- and wakes the conversations that waited for it (ordo.wake_waiting),
 -- which go on in order. False when the handler was not down.
 --
+-- p_prober is the conversation whose drain got the answer, if a drain did:
+-- its mark goes, but it is not woken (ordo.wake_waiting).
+--
 -- Locks: the tenant, then ordo.wake_waiting's (sql/LOCKING.md).
-CREATE OR REPLACE FUNCTION ordo.handler_back(p_tenant bigint) RETURNS boolean
+CREATE OR REPLACE FUNCTION ordo.handler_back(p_tenant bigint, p_prober bigint DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE ordo.tenants t SET handler_down_since = NULL, handler_down_reason = NULL,
@@ -12,7 +15,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM ordo.wake_waiting(p_tenant, 'handler');
+    PERFORM ordo.wake_waiting(p_tenant, 'handler', p_prober);
     RETURN true;
 END;
 $$;

@@ -4,8 +4,11 @@
 -- (ordo.wake_waiting), which go on in order. False when the number was not
 -- down.
 --
+-- p_prober is the conversation whose drain got the answer, if a drain did:
+-- its mark goes, but it is not woken (ordo.wake_waiting).
+--
 -- Locks: the tenant, then ordo.wake_waiting's (sql/LOCKING.md).
-CREATE OR REPLACE FUNCTION ordo.number_back(p_tenant bigint) RETURNS boolean
+CREATE OR REPLACE FUNCTION ordo.number_back(p_tenant bigint, p_prober bigint DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE ordo.tenants t SET number_down_since = NULL, number_down_reason = NULL,
@@ -15,7 +18,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM ordo.wake_waiting(p_tenant, 'number');
+    PERFORM ordo.wake_waiting(p_tenant, 'number', p_prober);
     RETURN true;
 END;
 $$;

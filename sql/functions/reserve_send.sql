@@ -3,7 +3,9 @@
 --   'wait'   — not yet: come back after wait (the conversation keeps any slot
 --              it reserved, so waiting never loses its place in line);
 --   'go'     — send after wait (at most p_horizon).
--- It enforces the pair gap first (so a user's gap holds no number slot), then
+-- It enforces the pair gap first (pair_ready_at: the tenant's pair gap after
+-- a send, or Meta's 131056 schedule after that error; so a user's gap holds
+-- no number slot), then
 -- takes the conversation's reserved slot or reserves the number's next one
 -- with a single atomic upsert; the number's sends so far (sent_until) then
 -- space every send 1/send_rate apart, with 50 ms of tolerance for jitter,
@@ -24,7 +26,6 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_now    timestamptz := clock_timestamp();
     v_rate   int;
-    v_gap    int;
     v_paused timestamptz;
     v_ticket timestamptz;
     v_pair   timestamptz;
@@ -38,9 +39,9 @@ DECLARE
     v_found  boolean;
     v_space  interval;
 BEGIN
-    SELECT t.id IS NOT NULL, t.send_rate, t.pair_gap_ms, t.sending_paused_at,
+    SELECT t.id IS NOT NULL, t.send_rate, t.sending_paused_at,
            c.send_slot_at, c.pair_ready_at, p.throttled_until, p.next_slot
-    INTO v_found, v_rate, v_gap, v_paused, v_ticket, v_pair, v_until, v_next
+    INTO v_found, v_rate, v_paused, v_ticket, v_pair, v_until, v_next
     FROM ordo.conversations c
     LEFT JOIN ordo.tenants t ON t.id = p_tenant
     LEFT JOIN ordo.send_pacing p ON p.phone_number_id = p_phone
@@ -66,7 +67,10 @@ BEGIN
         v_slot := v_ticket;
     END IF;
     IF v_slot IS NULL THEN
-        IF v_gap > 0 AND v_pair > v_now THEN
+        -- Whatever the tenant's pair gap: a 131056 error sets pair_ready_at
+        -- too (jobs/steps.go holdPairRate), and nothing else may send to
+        -- the user before it. (A gap lowered to 0 lets the last one run out.)
+        IF v_pair > v_now THEN
             verdict := 'wait';
             wait := v_pair - v_now;
             RETURN;

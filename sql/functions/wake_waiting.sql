@@ -16,10 +16,16 @@
 -- conversation looks again at its due time (at most jobs.HandlerProbeMax
 -- or jobs.Config.PausedRecheck away).
 --
+-- p_prober, when set, is the conversation whose running drain found the
+-- dependency back (its probe was answered): its mark is cleared, but it is
+-- not woken — its drain is at work, and a wake-up would cut short the wait
+-- it records next for its own reasons (a handler's Retry-After, a backoff),
+-- as ordo.park_conversation ends a woken drain's wait at once.
+--
 -- Locks: after the caller's tenant row, each conversation in ingest's
 -- order (waiting at most 200 ms for each), then its ready row
 -- (sql/LOCKING.md).
-CREATE OR REPLACE FUNCTION ordo.wake_waiting(p_tenant bigint, p_for text) RETURNS void
+CREATE OR REPLACE FUNCTION ordo.wake_waiting(p_tenant bigint, p_for text, p_prober bigint DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     v_c       record;
@@ -43,7 +49,9 @@ BEGIN
                     handler_wait = c.handler_wait AND p_for <> 'handler',
                     number_wait  = c.number_wait AND p_for <> 'number'
                 WHERE c.id = v_c.id;
-                PERFORM ordo.wake_conversation(v_c.id);
+                IF v_c.id IS DISTINCT FROM p_prober THEN
+                    PERFORM ordo.wake_conversation(v_c.id);
+                END IF;
             END IF;
         EXCEPTION WHEN lock_not_available THEN
             NULL; -- held by a longer transaction: its due time wakes it

@@ -125,6 +125,12 @@ type Config struct {
 	// run; the API's RSS and the real clients' p99 are measured meanwhile.
 	// Default 0 (none).
 	HostileFor time.Duration
+	// HostileCores is the CPU the flood's generator may use, in cores: it
+	// runs as a process of its own in a cgroup v1 CPU quota of that size,
+	// the attacker's machine (flood_process.go). Default
+	// HostileCoresDefault; negative, or where no cgroup can be made: nice
+	// 19 instead, only the CPU the machine leaves idle.
+	HostileCores float64
 	// HA runs the database as a Patroni cluster (package hacluster: one
 	// etcd, a primary and two standbys, synchronous replication) that ordo
 	// reaches through a multi-host DATABASE_URL, and replaces the Postgres
@@ -202,6 +208,9 @@ func (c Config) withDefaults() Config {
 	setDur(&c.SendTimeout, 1500*time.Millisecond)
 	setDur(&c.PGAway, PGAwayDefault)
 	setDur(&c.CloudAPIOutage, CloudAPIOutageDefault)
+	if c.HostileCores == 0 {
+		c.HostileCores = HostileCoresDefault
+	}
 	return c
 }
 
