@@ -25,24 +25,7 @@ import (
 func TestClaimTakesOnlyAConversationStillDue(t *testing.T) {
 	t.Parallel()
 	const retryAfter = 2 * time.Second
-	var (
-		mu    sync.Mutex
-		calls []time.Time
-	)
-	handler := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		mu.Lock()
-		calls = append(calls, time.Now())
-		first := len(calls) == 1
-		mu.Unlock()
-		if first {
-			w.Header().Set("Retry-After", "2")
-			w.WriteHeader(http.StatusTooManyRequests)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"replies":[]}`))
-	}))
-	t.Cleanup(handler.Close)
+	handler := newBusyOnceHandler(t)
 	b := jobstest.Setup(t, jobstest.Options{NoStart: true, HandlerURL: handler.URL, Config: jobs.Config{Workers: 1}})
 	jobs.NoOverdraft(b.Runner) // one claim at a time in this process
 	ctx := context.Background()
@@ -84,14 +67,7 @@ func TestClaimTakesOnlyAConversationStillDue(t *testing.T) {
 	b.WaitFor("h handled", 15*time.Second, func() bool {
 		return b.Count(`SELECT count(*) FROM ordo.messages WHERE message_id = 'h1' AND status = 'done'`) == 1
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	if len(calls) != 2 {
-		t.Fatalf("the handler was called %d times; want a 429 and a success", len(calls))
-	}
-	if d := calls[1].Sub(calls[0]); d < retryAfter {
-		t.Fatalf("the handler was called again %s after it answered 429 with Retry-After: 2", d)
-	}
+	handler.checkRetryAfter(t, retryAfter, "it answered")
 }
 
 // A tenant's handler was unreachable; the probe call finds it there, and it
@@ -103,24 +79,7 @@ func TestClaimTakesOnlyAConversationStillDue(t *testing.T) {
 func TestProbeAnswersRetryAfterIsKept(t *testing.T) {
 	t.Parallel()
 	const retryAfter = 2 * time.Second
-	var (
-		mu    sync.Mutex
-		calls []time.Time
-	)
-	handler := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		mu.Lock()
-		calls = append(calls, time.Now())
-		first := len(calls) == 1
-		mu.Unlock()
-		if first {
-			w.Header().Set("Retry-After", "2")
-			w.WriteHeader(http.StatusTooManyRequests)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"replies":[]}`))
-	}))
-	t.Cleanup(handler.Close)
+	handler := newBusyOnceHandler(t)
 	b := jobstest.Setup(t, jobstest.Options{NoStart: true, HandlerURL: handler.URL})
 	ctx := context.Background()
 	inbound(t, b, "h", "h1")
@@ -144,12 +103,47 @@ func TestProbeAnswersRetryAfterIsKept(t *testing.T) {
 	if n := b.Count(`SELECT count(*) FROM ordo.conversations WHERE handler_wait`); n != 0 {
 		t.Fatal("the way back left the probing conversation marked waiting")
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(calls) != 2 {
-		t.Fatalf("the handler was called %d times; want a 429 and a success", len(calls))
+	handler.checkRetryAfter(t, retryAfter, "its probe answered")
+}
+
+// busyOnceHandler is a tenant's handler that answers its first call 429
+// with Retry-After: 2 (n8n busy) and every later one with no replies; it
+// records when each call came.
+type busyOnceHandler struct {
+	*httptest.Server
+	mu    sync.Mutex
+	calls []time.Time
+}
+
+func newBusyOnceHandler(t *testing.T) *busyOnceHandler {
+	h := &busyOnceHandler{}
+	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		h.mu.Lock()
+		h.calls = append(h.calls, time.Now())
+		first := len(h.calls) == 1
+		h.mu.Unlock()
+		if first {
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"replies":[]}`))
+	}))
+	t.Cleanup(h.Close)
+	return h
+}
+
+// checkRetryAfter fails t unless the handler was called twice, the second
+// time at least retryAfter after the 429 (what names that answer).
+func (h *busyOnceHandler) checkRetryAfter(t *testing.T, retryAfter time.Duration, what string) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.calls) != 2 {
+		t.Fatalf("the handler was called %d times; want a 429 and a success", len(h.calls))
 	}
-	if d := calls[1].Sub(calls[0]); d < retryAfter {
-		t.Fatalf("the handler was called again %s after its probe answered 429 with Retry-After: 2", d)
+	if d := h.calls[1].Sub(h.calls[0]); d < retryAfter {
+		t.Fatalf("the handler was called again %s after %s 429 with Retry-After: 2", d, what)
 	}
 }
