@@ -331,7 +331,7 @@ func (e *Engine) ingestOne(ctx context.Context, m NewMessage) (a Accepted, err e
 		if _, err := tx.Exec(ctx, lockTimeoutQuery, lockTimeoutSetting); err != nil {
 			return err
 		}
-		a, err = e.IngestTx(ctx, tx, m)
+		a, err = e.ingestTx(ctx, tx, m) // checked by Ingest
 		return err
 	})
 	if err != nil {

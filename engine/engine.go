@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordo-dev/ordo/jobs/metrics"
+	"github.com/ordo-dev/ordo/jobs/whatsapp"
 )
 
 // Engine accepts messages and answers questions about them.
@@ -96,7 +97,24 @@ type Accepted struct {
 	Duplicate      bool   `json:"duplicate"`
 }
 
-const enqueueQuery = `SELECT id, seq, duplicate FROM ordo.enqueue_message($1, $2, $3, $4, $5, $6)`
+// enqueueQuery stores a message checked (NewMessage.check): the drain does
+// not check it again (ordo.enqueue_message's checked).
+const enqueueQuery = `SELECT id, seq, duplicate FROM ordo.enqueue_message($1, $2, $3, $4, $5, $6, true)`
+
+// check refuses an outbound message the Cloud API would refuse, naming the
+// first wrong field's JSON path (CodeInvalid: REST's 400), before anything
+// is stored. It is the one check of a message that enters through Go: the
+// message is stored as checked and its send is not checked again. Inbound
+// messages are Meta's own events, never sent.
+func (m NewMessage) check() error {
+	if m.Direction == "inbound" {
+		return nil
+	}
+	if err := whatsapp.ValidateMessage(m.Payload); err != nil {
+		return Errorf(CodeInvalid, "%s", err)
+	}
+	return nil
+}
 
 const originalQuery = `
 SELECT c.conversation_id, m.status
@@ -107,6 +125,9 @@ WHERE m.id = $1`
 // Concurrent calls share one transaction (batch.go); each returns only after
 // the commit holding its message.
 func (e *Engine) Ingest(ctx context.Context, m NewMessage) (Accepted, error) {
+	if err := m.check(); err != nil {
+		return Accepted{}, err
+	}
 	a, err := e.ingestGrouped(ctx, m)
 	switch {
 	case err != nil:
@@ -121,6 +142,14 @@ func (e *Engine) Ingest(ctx context.Context, m NewMessage) (Accepted, error) {
 // IngestTx accepts m inside q, which may be a caller's transaction: the
 // message is durable, and its drain scheduled, when that transaction commits.
 func (e *Engine) IngestTx(ctx context.Context, q Querier, m NewMessage) (Accepted, error) {
+	if err := m.check(); err != nil {
+		return Accepted{}, err
+	}
+	return e.ingestTx(ctx, q, m)
+}
+
+// ingestTx is IngestTx of a message checked already.
+func (e *Engine) ingestTx(ctx context.Context, q Querier, m NewMessage) (Accepted, error) {
 	var dir *string
 	if m.Direction != "" {
 		dir = &m.Direction

@@ -39,14 +39,17 @@ func batchSetup(t *testing.T, cfg jobs.Config) *jobstest.Bundle {
 }
 
 // importQuiet queues one message in each of n conversations in one
-// transaction, as an application's import does.
+// transaction, as an application's import does, of messages checked
+// already (checked => true, as ordo's ingest stores them): the batches
+// start at once. An import of unchecked messages is batched once a drain
+// checked them (TestSQLImportBatchedOnceChecked).
 func importQuiet(t *testing.T, b *jobstest.Bundle, prefix string, n int) {
 	t.Helper()
 	ctx := context.Background()
 	err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
 		for i := range n {
 			conv := fmt.Sprintf("%s%03d", prefix, i)
-			if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', $1, $1 || '-1', 'outbound', $2::jsonb)`, conv, jobstest.Outbound(conv, conv+" one")); err != nil {
+			if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', $1, $1 || '-1', 'outbound', $2::jsonb, checked => true)`, conv, jobstest.Outbound(conv, conv+" one")); err != nil {
 				return err
 			}
 		}
@@ -58,7 +61,7 @@ func importQuiet(t *testing.T, b *jobstest.Bundle, prefix string, n int) {
 }
 
 // importBacklogs queues each messages ("<conv> #0", "#1", …) in each of n
-// conversations in one transaction.
+// conversations in one transaction, checked as importQuiet's.
 func importBacklogs(t *testing.T, b *jobstest.Bundle, prefix string, n, each int) {
 	t.Helper()
 	ctx := context.Background()
@@ -66,7 +69,7 @@ func importBacklogs(t *testing.T, b *jobstest.Bundle, prefix string, n, each int
 		for i := range n {
 			conv := fmt.Sprintf("%s%03d", prefix, i)
 			for k := range each {
-				if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', $1, $1 || '-' || $2::int, 'outbound', $3::jsonb)`,
+				if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', $1, $1 || '-' || $2::int, 'outbound', $3::jsonb, checked => true)`,
 					conv, k, jobstest.Outbound(conv, fmt.Sprintf("%s #%d", conv, k))); err != nil {
 					return err
 				}
@@ -310,10 +313,10 @@ func TestTenantWithNothingRunningIsNotHeldBehindACampaignsRoom(t *testing.T) {
 	b.IngestFor("campaign", "warm", "warm-1", "warm")
 	b.WaitFor("the campaign's first send to be held", 10*time.Second, func() bool { return held.Load() == 1 })
 	ctx := context.Background()
-	err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error { // the campaign: an import
+	err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error { // the campaign: an import (checked, as importQuiet's)
 		for c := range 20 {
 			conv := fmt.Sprintf("n%02d", c)
-			if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('campaign', $1, $1 || '-1', 'outbound', $2::jsonb)`, conv, jobstest.Outbound(conv, conv+" one")); err != nil {
+			if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('campaign', $1, $1 || '-1', 'outbound', $2::jsonb, checked => true)`, conv, jobstest.Outbound(conv, conv+" one")); err != nil {
 				return err
 			}
 		}
@@ -440,4 +443,67 @@ func TestBatchStopsWhenTheTenantIsPausedElsewhere(t *testing.T) {
 	b.WaitFor("locks released", 5*time.Second, func() bool {
 		return b.Count(heldLocks) == 0
 	})
+}
+
+// An application's import through SQL (unchecked: no Go saw it) is checked
+// by the drain that meets its first message, which checks the tenant's
+// other unchecked messages at the heads of its conversations along with it:
+// the rest are claimed in batches, and every message is checked once and
+// sent once, in order.
+func TestSQLImportBatchedOnceChecked(t *testing.T) {
+	t.Parallel()
+	const n, each = 24, 2
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true, Config: jobs.Config{Workers: 8, BatchSize: 8}})
+	if _, err := b.Tenants.Update(context.Background(), "acme", tenants.UpdateParams{SendRate: ptr(0)}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu     sync.Mutex
+		checks = map[int64]int{}
+	)
+	jobs.SetCheckHook(b.Runner, func(messagePK int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		checks[messagePK]++
+	})
+	b.Start()
+	b.Ingest("warm", "warm-1", "warm") // the credential cached: batches may start
+	b.WaitFor("the first send", 10*time.Second, func() bool { return len(b.WhatsApp.SendsTo("warm")) == 1 })
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+		for i := range n {
+			conv := fmt.Sprintf("s%03d", i)
+			for k := range each {
+				if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', $1, $1 || '-' || $2::int, 'outbound', $3::jsonb)`,
+					conv, k, jobstest.Outbound(conv, fmt.Sprintf("%s #%d", conv, k))); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	b.WaitFor("every message sent", 30*time.Second, func() bool { return len(b.WhatsApp.Sends()) >= 1+n*each })
+	if got := jobs.Batches(b.Runner); got == 0 {
+		t.Error("no batch was claimed: the import was drained one conversation at a time")
+	}
+	for i := range n {
+		conv := fmt.Sprintf("s%03d", i)
+		sends := b.WhatsApp.SendsTo(conv)
+		if len(sends) != each || sends[0].Text != conv+" #0" || sends[1].Text != conv+" #1" {
+			t.Fatalf("%s: sent %d, want its %d messages once each, in order", conv, len(sends), each)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(checks) != n*each {
+		t.Errorf("%d messages checked, want the import's %d", len(checks), n*each)
+	}
+	for pk, c := range checks {
+		if c != 1 {
+			t.Errorf("message row %d checked %d times, want once", pk, c)
+		}
+	}
 }

@@ -59,6 +59,9 @@ type hooks struct {
 	// beforeExpire: a drain found an async handle step past its deadline
 	// with no replies and is about to dead-letter it.
 	beforeExpire func(stepID int64)
+	// checked: a drain checked an outbound message (by its row's id)
+	// against WhatsApp's schema.
+	checked func(messagePK int64)
 }
 
 func newDrainer(cfg Config, pool *pgxpool.Pool, ts *tenants.Store, vault *tenants.Vault, logger *slog.Logger) *Drainer {

@@ -27,6 +27,11 @@ func SetBeforeEffect(r *Runner, f func(stepID int64)) { r.drainer.hooks.beforeEf
 // waiting for it.
 func SetBeforeWait(r *Runner, f func(conv int64)) { r.drainer.hooks.beforeWait = f }
 
+// SetCheckHook sets the hook that runs when a drain checks an outbound
+// message (by its row's id) against WhatsApp's schema: one accepted
+// through SQL, unchecked.
+func SetCheckHook(r *Runner, f func(messagePK int64)) { r.drainer.hooks.checked = f }
+
 // SetReplyHooks sets the hooks that run when a drain is about to park a
 // conversation whose async handler has not posted its replies yet
 // (awaiting), and when it is about to dead-letter one past its deadline

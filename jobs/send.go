@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ordo-dev/ordo/jobs/whatsapp"
 	"github.com/ordo-dev/ordo/tenants"
 )
@@ -122,14 +124,6 @@ func (r *run) send(ctx context.Context, st *step) (string, error) {
 	if err != nil {
 		return "", &failure{msg: err.Error(), action: actDeadLetter}
 	}
-	// REST and handler replies are checked at the door; a message another
-	// application put in with ordo.enqueue_message (or stored before the
-	// check existed) is checked here, against the same schema: refused now,
-	// its dead letter names the JSON path and no request leaves; sent, Meta
-	// would answer only "(#100) Invalid parameter".
-	if err := whatsapp.ValidateMessage(msg); err != nil {
-		return "", &failure{msg: "not sent, WhatsApp would refuse it: " + err.Error(), action: actDeadLetter, class: whatsapp.Permanent.String()}
-	}
 	r.d.unknownTypes.Note(ctx, r.d.logger, msg)
 	if err := r.checkWindow(ctx, st); err != nil { // issue 26: jobs/window.go
 		return "", err
@@ -139,6 +133,125 @@ func (r *run) send(ctx context.Context, st *step) (string, error) {
 		return "", classifySend(err)
 	}
 	return res.MessageID, nil
+}
+
+// A send is checked against WhatsApp's message schema once, where its
+// message entered: engine.Ingest (REST), checkReplies (a handler's
+// replies), the replies endpoint (an async handler's). An outbound message
+// another application put in through SQL (ordo.enqueue_message), which no Go
+// saw, comes with its send step stored 'unchecked', and the drain that meets
+// one checks it before its first attempt (checkUnchecked) — and, in the same
+// go, the other unchecked sends at the head of the tenant's conversations
+// (an import's): those that pass lose their step and are batched like any
+// checked message (ordo.claim batches only messages with no step yet); those
+// that fail are marked 'refused' with the reason, and their own drain
+// dead-letters them without checking again. Refused, a message's dead
+// letter names the JSON path and no request leaves; sent, Meta would answer
+// only "(#100) Invalid parameter". A replayed refusal is checked again
+// (ordo.resolve_dead_letter). A pass is recorded by the attempt's start
+// (status running): a send whose start is put off (a far pacing slot, a
+// paused tenant) is checked again when it comes back.
+
+// uncheckedSweep bounds the other unchecked sends one check takes along.
+const uncheckedSweep = 128
+
+// uncheckedQuery reads, in a transaction, the unchecked send steps at the
+// head of tenant $1's conversations in the ready set other than $2, in due
+// order (what the next claims take), at most $3, each of a conversation
+// whose drain lock it could take (ordo.drain_key, tried, held to the
+// transaction's end): no drain has it, and none takes it until the check is
+// recorded, so no send is checked both here and by its own drain. The locks
+// are tried only on the rows the limit keeps.
+const uncheckedQuery = `
+SELECT x.id, x.message_pk, x.request FROM (
+    SELECT s.id, s.message_pk, s.request, r.conversation_pk
+    FROM ordo.ready r
+    JOIN ordo.conversations c ON c.id = r.conversation_pk
+    JOIN ordo.messages m ON m.conversation_pk = c.id AND m.seq = c.head_seq + 1
+    JOIN ordo.steps s ON s.message_pk = m.id AND s.idx = 0
+    WHERE r.tenant_id = $1 AND r.conversation_pk <> $2 AND NOT r.running AND s.status = 'unchecked'
+    ORDER BY r.due_at
+    LIMIT $3) x
+WHERE (SELECT pg_try_advisory_xact_lock(k.ns, k.key) FROM ordo.drain_key(x.conversation_pk) k)`
+
+// passUnchecked drops the steps $1 that passed: their messages are then
+// started like any checked one (and batched: ordo.claim).
+const passUnchecked = `DELETE FROM ordo.steps WHERE id = ANY ($1) AND status = 'unchecked'`
+
+// refuseUnchecked marks the steps $1 that failed 'refused', with their
+// errors $2 (a JSON array per step).
+const refuseUnchecked = `
+UPDATE ordo.steps s SET status = 'refused', errors = s.errors || u.entry::jsonb
+FROM unnest($1::bigint[], $2::text[]) AS u(id, entry)
+WHERE s.id = u.id AND s.status = 'unchecked'`
+
+// refusedReasonQuery reads why step $1 was refused.
+const refusedReasonQuery = `SELECT coalesce(errors->-1->>'error', 'not sent, WhatsApp would refuse it') FROM ordo.steps WHERE id = $1`
+
+// checkMessage checks the outbound message of message row messagePK: nil,
+// or why it is not sent.
+func (r *run) checkMessage(messagePK int64, request json.RawMessage) *failure {
+	if r.d.hooks.checked != nil {
+		r.d.hooks.checked(messagePK)
+	}
+	if err := whatsapp.ValidateMessage(request); err != nil {
+		return &failure{msg: "not sent, WhatsApp would refuse it: " + err.Error(), action: actDeadLetter, class: whatsapp.Permanent.String()}
+	}
+	return nil
+}
+
+// checkUnchecked checks st, m's unchecked send, and — once a run — the
+// other unchecked sends at the head of the tenant's conversations. A
+// failure is st's refusal.
+func (r *run) checkUnchecked(ctx context.Context, m message, st *step) (*failure, error) {
+	f := r.checkMessage(m.pk, st.request)
+	if r.swept {
+		return f, nil
+	}
+	r.swept = true
+	r.s.touch()
+	err := pgx.BeginFunc(ctx, r.s.conn, func(tx pgx.Tx) error {
+		type candidate struct {
+			ID        int64
+			MessagePK int64
+			Request   json.RawMessage
+		}
+		rows, _ := tx.Query(ctx, uncheckedQuery, r.tenant.ID, r.s.conv, uncheckedSweep)
+		cands, err := pgx.CollectRows(rows, pgx.RowToStructByPos[candidate])
+		if err != nil || len(cands) == 0 {
+			return err
+		}
+		var (
+			passed, refused []int64
+			entries         []string
+		)
+		for _, c := range cands {
+			if cf := r.checkMessage(c.MessagePK, c.Request); cf != nil {
+				refused = append(refused, c.ID)
+				entries = append(entries, string(errorEntry(0, cf.msg, cf.class)))
+			} else {
+				passed = append(passed, c.ID)
+			}
+		}
+		b := &pgx.Batch{}
+		b.Queue(passUnchecked, passed)
+		b.Queue(refuseUnchecked, refused, entries)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return nil, r.s.fail(fmt.Errorf("check unchecked sends: %w", err))
+	}
+	return f, nil
+}
+
+// refusedReason reads why another drain's check refused st.
+func (r *run) refusedReason(ctx context.Context, st *step) (string, error) {
+	var reason string
+	r.s.touch()
+	if err := r.s.conn.QueryRow(ctx, refusedReasonQuery, st.id).Scan(&reason); err != nil {
+		return "", r.s.fail(fmt.Errorf("read refusal: %w", err))
+	}
+	return reason, nil
 }
 
 // withRecipient defaults a message's "to" to the conversation id.

@@ -64,6 +64,9 @@ type run struct {
 	// probingNumber: this run holds the probe of the tenant's unreachable
 	// WhatsApp number (number.go).
 	probingNumber bool
+	// swept: this run checked the tenant's other unchecked sends
+	// (checkUnchecked) once already.
+	swept bool
 	// goOn says, when the current message's last write is built, whether
 	// the run goes on to the next message: that write then reads (and may
 	// start) it. prefetched: the message in hand was read so.
@@ -227,6 +230,22 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 		if out, ok, err := r.probeHandler(ctx, st); err != nil || !ok {
 			return out, err
 		}
+	}
+	switch st.status {
+	case "unchecked": // came in through SQL: checked before its first attempt (send.go)
+		f, err := r.checkUnchecked(ctx, m, st)
+		if err != nil {
+			return outcome{}, err
+		}
+		if f != nil {
+			return r.failed(ctx, m, st, f)
+		}
+	case "refused": // checked by another drain's check
+		reason, err := r.refusedReason(ctx, st)
+		if err != nil {
+			return outcome{}, err
+		}
+		return r.deadLetter(ctx, m, st, reason, nil)
 	}
 	if !st.started {
 		if out, ok, err := r.ready(ctx, m, st, last); err != nil || !ok {

@@ -27,8 +27,8 @@ func TestBatchClaimDoesNotReadEveryStep(t *testing.T) {
 		 SELECT c.tenant_id, c.id, 'old-' || g, g, 'outbound', '{}', 'done' FROM ordo.conversations c, generate_series(1, 20000) g`,
 		`INSERT INTO ordo.steps (message_pk, idx, kind, status, attempts) SELECT id, 0, 'send', 'done', 1 FROM ordo.messages`,
 		// A campaign: 2,000 conversations due, each with an outbound
-		// message not started.
-		`SELECT ordo.enqueue_message('acme', 'c' || g, 'm' || g, 'outbound', '{"type":"text","text":{"body":"x"}}')
+		// message not started (checked, as ordo's ingest stores it).
+		`SELECT ordo.enqueue_message('acme', 'c' || g, 'm' || g, 'outbound', '{"type":"text","text":{"body":"x"}}', checked => true)
 		 FROM generate_series(1, 2000) g`,
 		`VACUUM (ANALYZE) ordo.ready, ordo.conversations, ordo.messages, ordo.steps`,
 	} {

@@ -26,8 +26,9 @@ func TestStepTriggersCountAndTellEachRowOfAStatement(t *testing.T) {
 		}
 	}
 	exec(`INSERT INTO ordo.tenants (slug, events_url) VALUES ('acme', 'http://127.0.0.1:9/events')`)
-	exec(`SELECT ordo.enqueue_message('acme', 'a', 'a1', 'outbound', '{"type":"text","text":{"body":"x"}}')`)
-	exec(`SELECT ordo.enqueue_message('acme', 'b', 'b1', 'outbound', '{"type":"text","text":{"body":"x"}}')`)
+	// Checked, as ordo's ingest stores them (no unchecked send step).
+	exec(`SELECT ordo.enqueue_message('acme', 'a', 'a1', 'outbound', '{"type":"text","text":{"body":"x"}}', checked => true)`)
+	exec(`SELECT ordo.enqueue_message('acme', 'b', 'b1', 'outbound', '{"type":"text","text":{"body":"x"}}', checked => true)`)
 	exec(`SELECT ordo.enqueue_message('acme', 'c', 'c1', 'inbound', '{}')`)
 	// a1 sends twice (idx 0, 1), b1 once, the inbound c1 is handled (idx 0)
 	// and replied to (idx 1: its first send).

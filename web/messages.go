@@ -8,7 +8,6 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/ordo-dev/ordo/engine"
-	"github.com/ordo-dev/ordo/jobs/whatsapp"
 )
 
 // envelopeFields are the REST body's own fields; every other field of an
@@ -69,12 +68,10 @@ func parseNewMessage(tenant string, body []byte, idemKey string) (engine.NewMess
 	if _, ok := fields["type"]; !ok {
 		return engine.NewMessage{}, engine.Errorf(engine.CodeInvalid, "type: required for an outbound message (text, template, image, …)")
 	}
+	// The stored payload is what will be sent: engine.Ingest checks it as
+	// WhatsApp would, so a mistake is the caller's 400 and not a halted
+	// conversation.
 	m.Payload, _ = json.Marshal(fields)
-	// The stored payload is what will be sent: check it as WhatsApp would,
-	// so a mistake is the caller's 400 and not a halted conversation.
-	if err := whatsapp.ValidateMessage(m.Payload); err != nil {
-		return engine.NewMessage{}, engine.Errorf(engine.CodeInvalid, "%s", err)
-	}
 	return m, nil
 }
 

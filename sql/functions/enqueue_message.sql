@@ -33,13 +33,23 @@
 -- outside_service_window) naming when the window closed; nothing is stored.
 -- No inbound message seen: accepted (Meta decides). A repeat of an accepted
 -- message is answered as before, whatever the window.
+--
+-- WhatsApp's message schema (jobs/whatsapp/validate.go) is Go's: ordo's own
+-- ingest (engine.Ingest: REST) checks an outbound message before this call
+-- and passes checked => true. Any other caller's outbound message (another
+-- application's SQL, ordo.enqueue_my_message) is stored with its send step
+-- already there, status 'unchecked': its drain checks it once before the
+-- first attempt, and never sends one that fails (jobs/check.go). An
+-- application passing checked => true skips that check, and a message
+-- WhatsApp refuses then dead-letters with Meta's error instead of ordo's.
 CREATE OR REPLACE FUNCTION ordo.enqueue_message(
     tenant_slug     text,
     conversation_id text,
     message_id      text,
     direction       text,
     payload         jsonb,
-    on_reuse        text DEFAULT 'error'
+    on_reuse        text DEFAULT 'error',
+    checked         boolean DEFAULT false
 ) RETURNS TABLE (id bigint, seq bigint, duplicate boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -137,6 +147,13 @@ BEGIN
         UPDATE ordo.conversations c SET last_seq = c.last_seq - 1 WHERE c.id = v_conv;
         RETURN QUERY SELECT v_id, v_seq, true;
         RETURN;
+    END IF;
+
+    IF v_dir = 'outbound' AND NOT coalesce(enqueue_message.checked, false) THEN
+        -- Its send step, to be checked by the drain (a new row of the new
+        -- message: no lock anyone else could hold).
+        INSERT INTO ordo.steps (message_pk, idx, kind, request, status)
+        VALUES (v_id, 0, 'send', enqueue_message.payload, 'unchecked');
     END IF;
 
     IF NOT v_halted THEN

@@ -17,6 +17,9 @@
 --   * skip at the head: the message is skipped, the head moves past it, the
 --     conversation is un-halted, the fence bumped;
 --   * skip of a passed message: only its status.
+-- A replayed send step that never had an attempt (attempts 0: its drain's
+-- schema check refused it, jobs/check.go) goes back to 'unchecked', so it
+-- is checked again rather than sent as it is.
 -- Then the dead letter is resolved and the conversation put in the ready set
 -- when it has work (ordo.ensure_drain).
 --
@@ -49,13 +52,13 @@ BEGIN
         RETURN;
     END IF;
     IF p_resolution = 'replayed' AND v_d.halted AND v_d.seq = v_d.head_seq + 1 THEN
-        UPDATE ordo.steps s SET status = 'pending', attempts = 0, finished_at = NULL
+        UPDATE ordo.steps s SET status = CASE WHEN s.kind = 'send' AND s.attempts = 0 THEN 'unchecked' ELSE 'pending' END, attempts = 0, finished_at = NULL
         WHERE s.message_pk = v_d.message_pk AND s.status = 'failed';
         UPDATE ordo.messages m SET status = 'queued', finished_at = NULL WHERE m.id = v_d.message_pk;
         UPDATE ordo.conversations c SET halted_at = NULL, fence = c.fence + 1 WHERE c.id = v_conv;
     ELSIF p_resolution = 'replayed' THEN
         UPDATE ordo.conversations c SET last_seq = c.last_seq + 1 WHERE c.id = v_conv;
-        UPDATE ordo.steps s SET status = 'pending', attempts = 0, finished_at = NULL
+        UPDATE ordo.steps s SET status = CASE WHEN s.kind = 'send' AND s.attempts = 0 THEN 'unchecked' ELSE 'pending' END, attempts = 0, finished_at = NULL
         WHERE s.message_pk = v_d.message_pk AND s.status = 'failed';
         UPDATE ordo.messages m SET status = 'queued', finished_at = NULL,
             seq = (SELECT c.last_seq FROM ordo.conversations c WHERE c.id = v_conv)
