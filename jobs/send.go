@@ -125,7 +125,7 @@ func (r *run) send(ctx context.Context, st *step) (string, error) {
 		return "", &failure{msg: err.Error(), action: actDeadLetter}
 	}
 	r.d.unknownTypes.Note(ctx, r.d.logger, msg)
-	if err := r.checkWindow(ctx, st); err != nil { // issue 26: jobs/window.go
+	if err := r.checkWindow(ctx, st); err != nil { // issue 26
 		return "", err
 	}
 	res, err := r.d.wa.Send(ctx, *r.cred, msg, strconv.FormatInt(st.id, 10))
@@ -252,6 +252,39 @@ func (r *run) refusedReason(ctx context.Context, st *step) (string, error) {
 		return "", r.s.fail(fmt.Errorf("read refusal: %w", err))
 	}
 	return reason, nil
+}
+
+// The customer service window for a handler's replies (issue 26). REST and
+// SQL messages are checked at ingest (ordo.enqueue_message, SQLSTATE
+// ORW01); a reply is checked right before it is sent, against the
+// conversation's latest inbound stamp (conversations.last_inbound_at,
+// written by the webhook): a reply that is not a template, sent more than
+// whatsapp.ServiceWindow after the user last wrote, is dead-lettered with
+// the ingest's words instead of being refused by Meta (131047).
+
+// lastInboundQuery reads conversation $1's latest inbound stamp (no lock:
+// it only moves forward).
+const lastInboundQuery = `SELECT last_inbound_at FROM ordo.conversations WHERE id = $1`
+
+// checkWindow refuses a reply (a send step after a handle step: idx > 0)
+// outside the service window. Outbound messages (idx 0) were checked at
+// ingest, and the batched drain sends only those.
+func (r *run) checkWindow(ctx context.Context, st *step) error {
+	if st.idx == 0 || r.s == nil || whatsapp.IsTemplate(st.request) {
+		return nil
+	}
+	var last *time.Time
+	r.s.touch()
+	if err := r.s.conn.QueryRow(ctx, lastInboundQuery, r.s.conv).Scan(&last); err != nil {
+		return r.s.fail(fmt.Errorf("read service window: %w", err))
+	}
+	if last == nil {
+		return nil // no inbound seen through the webhook: Meta decides
+	}
+	if end := last.Add(whatsapp.ServiceWindow); time.Now().After(end) {
+		return &failure{msg: "not sent, " + whatsapp.OutsideWindow(end), action: actDeadLetter, class: whatsapp.Permanent.String()}
+	}
+	return nil
 }
 
 // withRecipient defaults a message's "to" to the conversation id.

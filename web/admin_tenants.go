@@ -86,24 +86,6 @@ func viewOf(t tenants.Tenant) adminTenantView {
 		WhatsApp: "not set", WhatsAppFields: map[string]bool{}, HandlerAuth: "none"}
 }
 
-// publicBase is the scheme and host the browser used, which is what Meta
-// must call back: X-Forwarded-Proto and -Host only from a trusted proxy.
-func (s *Server) publicBase(r *http.Request) string {
-	scheme, host := "http", r.Host
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	if s.fromTrustedProxy(r) {
-		if p := r.Header.Get("X-Forwarded-Proto"); p == "https" || p == "http" {
-			scheme = p
-		}
-		if h := r.Header.Get("X-Forwarded-Host"); h != "" {
-			host = h
-		}
-	}
-	return scheme + "://" + host
-}
-
 // routeAdminConsole mounts the console's endpoints on the admin router
 // (behind adminAuth); writes go through adminWrite.
 func (s *Server) routeAdminConsole(a *mux.Router) {

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -156,4 +157,24 @@ func (s *Server) loadChannel(ctx context.Context, slug string) (channel, error) 
 		return channel{}, fmt.Errorf("decode whatsapp credential of tenant %s: %w", t.Slug, err)
 	}
 	return channel{found: true, tenant: t, cred: cred}, nil
+}
+
+// publicBase is the scheme and host the request came to — what Meta must
+// call back: the webhook URL the admin page shows, and the media URLs a
+// delivery's handler payloads carry. X-Forwarded-Proto and -Host only from a
+// trusted proxy.
+func (s *Server) publicBase(r *http.Request) string {
+	scheme, host := "http", r.Host
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if s.fromTrustedProxy(r) {
+		if p := r.Header.Get("X-Forwarded-Proto"); p == "https" || p == "http" {
+			scheme = p
+		}
+		if h := r.Header.Get("X-Forwarded-Host"); h != "" {
+			host = h
+		}
+	}
+	return scheme + "://" + host
 }

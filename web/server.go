@@ -87,7 +87,7 @@ type Config struct {
 	// WebhookBodiesPerAddress and WebhookBodiesPerTenant are the shares of
 	// those slots one client address, and one tenant's webhook URL, may
 	// hold at once (an address that sent a valid signature recently is not
-	// held to the tenant's share; slots.go). Defaults
+	// held to the tenant's share; webhooks.go). Defaults
 	// WebhookBodiesPerAddressDefault (4) and WebhookBodiesPerTenantDefault
 	// (16).
 	WebhookBodiesPerAddress int
@@ -222,7 +222,7 @@ type Server struct {
 	unsigned *authThrottle
 	signers  goodKeys
 	channels *channelCache // webhook tenants and credentials (channels.go)
-	bodies   *bodySlots    // slots for unauthenticated webhook bodies (slots.go)
+	bodies   *bodySlots    // slots for unauthenticated webhook bodies (webhooks.go)
 	// wa fetches inbound media with a tenant's token (media.go); no client
 	// timeout: the request's context and MediaTimeout bound a download.
 	wa *whatsapp.Client
