@@ -51,8 +51,12 @@ SELECT m.id::text, m.message_id, c.conversation_id, m.seq, m.direction, m.status
 FROM ordo.messages m JOIN ordo.conversations c ON c.id = m.conversation_pk
 WHERE m.tenant_id = $1 AND m.message_id = $2`
 
+// stepsQuery reads a message's steps as the API shows them: a send not
+// checked yet (an SQL message's, 'unchecked'), or refused by a check and
+// waiting for its drain to dead-letter it ('refused', its reason the last
+// error), is pending — not attempted.
 const stepsQuery = `
-SELECT s.id::text, s.kind, s.status, s.attempts,
+SELECT s.id::text, s.kind, CASE WHEN s.status IN ('unchecked', 'refused') THEN 'pending' ELSE s.status END, s.attempts,
        CASE WHEN s.status <> 'done' THEN coalesce(s.errors -> -1 ->> 'error', '') ELSE '' END,
        coalesce(s.provider_message_id, ''), coalesce(s.provider_status, ''),
        s.ambiguous_count, CASE WHEN s.status = 'waiting' THEN s.replies_due_at END

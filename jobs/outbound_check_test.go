@@ -129,6 +129,10 @@ func TestOutboundCheckedOnce(t *testing.T) {
 		Direction: "inbound", Payload: json.RawMessage(`{"message":{"type":"text","text":{"body":"hi"}}}`)}); err != nil {
 		t.Fatal(err)
 	}
+	// Not checked yet: the API shows its send pending, as any not tried.
+	if v, err := b.Engine.Message(ctx, b.Tenant.ID, "sql-1"); err != nil || len(v.Steps) != 1 || v.Steps[0].Status != "pending" || v.Steps[0].Kind != "send" {
+		t.Fatalf("sql-1 before its drain: %+v, %v; want one pending send step", v, err)
+	}
 	b.Start()
 	b.WaitFor("three sent, one dead letter", 15*time.Second, func() bool {
 		return len(b.WhatsApp.SendsTo("c-rest")) == 1 && len(b.WhatsApp.SendsTo("c-sql")) == 1 &&
