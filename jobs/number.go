@@ -12,7 +12,7 @@ import (
 
 // A tenant's WhatsApp number that the Cloud API does not serve — 5xx
 // answers, Meta's "service unavailable" codes, refused connections,
-// timeouts, for several different messages (number_evidence.go) — is a
+// timeouts, for several different messages (evidence.go) — is a
 // state of the tenant, as its handler's is (reachability.go; contract:
 // "the same for the Cloud API"). The tenant row holds it
 // (number_down_since, number_probe_at); the transitions are SQL functions,

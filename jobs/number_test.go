@@ -217,41 +217,56 @@ func TestNumberUnreachablePastTheOutageLimitDeadLetters(t *testing.T) {
 	}
 }
 
-// ordo.number_failed carries out the number evidence model (jobs'
-// numberEvidence) on the tenant row: the model's table, fed to it with the
-// same clock and the tenant's sent counter, gives the same verdicts.
-func TestNumberEvidenceSQLAgrees(t *testing.T) {
+// ordo.number_failed and ordo.handler_failed carry out the evidence model
+// (jobs' evidence, through ordo.dependency_evidence) on the tenant row: the
+// model's tables, fed to them with the same clock and the tenant's
+// counters of successful calls, give the same verdicts.
+func TestEvidenceSQLAgrees(t *testing.T) {
 	t.Parallel()
 	b := jobstest.Setup(t, jobstest.Options{NoStart: true})
 	ctx := context.Background()
 	start := time.Date(2026, 11, 27, 8, 0, 30, 0, time.UTC)
-	for _, c := range jobs.NumberCases() {
-		if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET number_down_since = NULL, number_probe_at = NULL, number_down_probes = 0,
-			number_fail_steps = NULL, number_fail_since = NULL, number_fail_sent = NULL`); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.Pool.Exec(ctx, `DELETE FROM ordo.stats_minutes`); err != nil {
-			t.Fatal(err)
-		}
-		var sent int64
-		for i, step := range c.Steps {
-			at := start.Add(c.At[i])
-			if d := c.Sent[i] - sent; d > 0 {
-				if _, err := b.Pool.Exec(ctx, `INSERT INTO ordo.stats_minutes AS s (minute, tenant_id, shard, sent) VALUES (date_trunc('minute', $1::timestamptz), $2, 0, $3)
-					ON CONFLICT (minute, tenant_id, shard) DO UPDATE SET sent = s.sent + EXCLUDED.sent`, at, b.Tenant.ID, d); err != nil {
-					t.Fatal(err)
-				}
-				sent = c.Sent[i]
-			}
-			var verdict string
-			if err := b.Pool.QueryRow(ctx, `SELECT verdict FROM ordo.number_failed($1, $2, false, 'test', $3, $4, $5, $6, $7)`,
-				b.Tenant.ID, step, jobs.NumberDownSteps, jobs.NumberDownSpan.Milliseconds(), jobs.NumberEvidenceHorizon.Milliseconds(),
-				jobs.NumberProbeMax.Milliseconds(), at).Scan(&verdict); err != nil {
+	for _, set := range []struct {
+		counter, call string
+		cases         []jobs.EvidenceCase
+		args          []any
+	}{
+		{"sent", `SELECT verdict FROM ordo.number_failed($1, $2, false, 'test', $4, $5, $6, $7, $3)`, jobs.NumberCases(),
+			[]any{jobs.NumberDownSteps, jobs.NumberDownSpan.Milliseconds(), jobs.NumberEvidenceHorizon.Milliseconds(), jobs.NumberProbeMax.Milliseconds()}},
+		{"handled", `SELECT verdict FROM ordo.handler_failed($1, $2, false, 'test', false, $4, $5, $6, $7, $3)`, jobs.HandlerCases(),
+			[]any{jobs.HandlerDownFailures, jobs.HandlerDownSpan.Milliseconds(), jobs.HandlerEvidenceHorizon.Milliseconds(), jobs.HandlerProbeMax.Milliseconds()}},
+	} {
+		for _, c := range set.cases {
+			if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET number_down_since = NULL, number_probe_at = NULL, number_down_probes = 0,
+				number_fail_steps = NULL, number_fail_since = NULL, number_fail_sent = NULL,
+				handler_down_since = NULL, handler_probe_at = NULL, handler_down_probes = 0,
+				handler_fail_steps = NULL, handler_fail_since = NULL, handler_fail_ok = NULL`); err != nil {
 				t.Fatal(err)
 			}
-			if verdict != c.Want[i] {
-				t.Errorf("%s: event %d: ordo.number_failed says %s, the model %s", c.Name, i, verdict, c.Want[i])
-				break
+			if _, err := b.Pool.Exec(ctx, `DELETE FROM ordo.stats_minutes`); err != nil {
+				t.Fatal(err)
+			}
+			var ok int64
+			for i, step := range c.Steps {
+				at := start.Add(c.At[i])
+				if d := c.OK[i] - ok; d > 0 {
+					// The counter's column is one of two names, not input.
+					if _, err := b.Pool.Exec(ctx, `INSERT INTO ordo.stats_minutes AS s (minute, tenant_id, shard, `+set.counter+`)
+						VALUES (date_trunc('minute', $1::timestamptz), $2, 0, $3)
+						ON CONFLICT (minute, tenant_id, shard) DO UPDATE SET `+set.counter+` = s.`+set.counter+` + EXCLUDED.`+set.counter,
+						at, b.Tenant.ID, d); err != nil {
+						t.Fatal(err)
+					}
+					ok = c.OK[i]
+				}
+				var verdict string
+				if err := b.Pool.QueryRow(ctx, set.call, append([]any{b.Tenant.ID, step, at}, set.args...)...).Scan(&verdict); err != nil {
+					t.Fatal(err)
+				}
+				if verdict != c.Want[i] {
+					t.Errorf("%s (%s): event %d: the database says %s, the model %s", c.Name, set.counter, i, verdict, c.Want[i])
+					break
+				}
 			}
 		}
 	}
