@@ -115,6 +115,53 @@ func TestUnreachableNumberIsAStateTheConversationsWaitFor(t *testing.T) {
 	}
 }
 
+// A number suspected away (enough different messages failed, not yet over
+// NumberDownSpan) keeps a step's last attempt until the evidence decides.
+// That wait parked the conversation as a wait for the number — which goes
+// on at once when the number is not down — so the step was sent again and
+// again: 12 sends to Meta in 4 s for one message. It waits out the span.
+func TestSuspectedNumberDoesNotResendAtOnce(t *testing.T) {
+	t.Parallel()
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true})
+	ctx := context.Background()
+	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET max_attempts = 2 WHERE id = $1`, b.Tenant.ID); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		per   = map[string]int{}
+		start = time.Now()
+	)
+	window := jobs.NumberDownSpan - time.Second
+	b.WhatsApp.SetResponder(func(req whatsapptest.Send, attempt int) whatsapptest.Response {
+		if time.Since(start) < window {
+			mu.Lock()
+			per[req.To]++
+			mu.Unlock()
+			return whatsapptest.Response{Status: http.StatusServiceUnavailable}
+		}
+		return whatsapptest.Default(req, attempt)
+	})
+	b.Start()
+	for _, c := range []string{"c1", "c2", "c3"} {
+		b.Ingest(c, c+"-m1", c)
+	}
+	b.WaitFor("every message sent", 60*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`) == 3
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for c, n := range per {
+		if n > 3 {
+			t.Errorf("%s was sent %d times while the number was only suspected (%s); want its 2 attempts and at most a probe", c, n, window)
+		}
+	}
+	t.Logf("sends per conversation in the first %s: %v", window, per)
+	if n := b.Count(`SELECT count(*) FROM ordo.dead_letters`); n != 0 {
+		t.Fatalf("%d dead letters", n)
+	}
+}
+
 // One message that Meta answers 500 every time (a malformed media id, say)
 // is that message's problem: it is retried over more than NumberDownSpan
 // while the tenant's other conversations send, and dead-letters after its

@@ -127,14 +127,8 @@ func (r *run) handlerFailed(ctx context.Context, st *step, f *failure, entry []b
 		// Its last attempt: kept until the evidence decides, so that a
 		// handler away never dead-letters (the same message's retries
 		// count: they take it down soon).
-		b := &pgx.Batch{}
-		b.Queue(unstartStep, st.id, entry)
-		if err := r.s.write(ctx, b); err != nil {
-			return outcome{}, true, err
-		}
-		st.started, st.status = false, "pending"
-		r.d.cfg.Metrics.Step(st.kind, metrics.StepWaiting)
-		return outcome{kind: outcomeWait, delay: delay}, true, nil
+		out, err = r.holdBack(ctx, st, unstartStep, entry, delay)
+		return out, true, err
 	}
 	if wentDown {
 		r.log.WarnContext(ctx, "tenant's handler unreachable: its conversations wait and one probe at a time looks for it",
@@ -162,6 +156,28 @@ func (r *run) waitForHandler(ctx context.Context, st *step, delay time.Duration)
 		r.d.cfg.Metrics.Step(st.kind, metrics.StepWaiting)
 	}
 	return out, err
+}
+
+// holdBack gives back st's attempt with give (unstartStep, or keepUnknown
+// for a send, with entry for its error history) and parks the
+// conversation for delay: a dependency suspected away, not yet down, while
+// the evidence decides. Not a wait for the dependency (waitFor): nothing
+// would wake it, and waitFor goes on at once when the dependency is not
+// down — which sent a suspected number's last attempt again and again
+// until the evidence decided (12 sends in 4 s).
+func (r *run) holdBack(ctx context.Context, st *step, give string, entry []byte, delay time.Duration) (outcome, error) {
+	b := &pgx.Batch{}
+	b.Queue(give, st.id, entry)
+	if err := r.s.write(ctx, b); err != nil {
+		return outcome{}, err
+	}
+	st.started, st.status = false, "pending"
+	if give == keepUnknown {
+		st.status = "unknown"
+		r.d.cfg.Metrics.Step(st.kind, metrics.StepAmbiguous)
+	}
+	r.d.cfg.Metrics.Step(st.kind, metrics.StepWaiting)
+	return outcome{kind: outcomeWait, delay: delay}, nil
 }
 
 // waitForQuery marks the conversation waiting for a dependency of its
