@@ -61,7 +61,7 @@ func TestRepeatOfACommitNoStandbyHas(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	waitSetting(ctx, t, url, "absent_standby")
+	commitsWait(ctx, t, url, admin)
 
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
@@ -118,35 +118,50 @@ func TestRepeatOfACommitNoStandbyHas(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	waitSetting(ctx, t, url, "")
 	if r := <-ingest(); r.err != nil || !r.a.Duplicate || r.a.ID != here {
 		t.Fatalf("a copy once the original is durable: %+v, %v; want duplicate of id %s", r.a, r.err, here)
 	}
 }
 
-// waitSetting waits until a new session sees synchronous_standby_names as
-// want (a reload reaches the backends asynchronously).
-func waitSetting(ctx context.Context, t *testing.T, url, want string) {
+// commitsWait returns once a commit waits for the synchronous standby: the
+// reload reaches the sessions and the checkpointer (which tells commits
+// that a standby is required) asynchronously. Each probe that waits is
+// ended; one that commits at once is tried again.
+func commitsWait(ctx context.Context, t *testing.T, url string, admin *pgx.Conn) {
 	t.Helper()
 	for {
-		conn, err := pgx.Connect(ctx, url)
+		probe, err := pgx.Connect(ctx, url)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got string
-		err = conn.QueryRow(ctx, `SHOW synchronous_standby_names`).Scan(&got)
-		conn.Close(ctx)
-		if err != nil {
-			t.Fatal(err)
+		done := make(chan error, 1)
+		go func() {
+			_, err := probe.Exec(ctx, `SELECT pg_logical_emit_message(true, 'probe', '')`)
+			done <- err
+		}()
+		for again := false; !again; {
+			var pid int
+			err := admin.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND datname = current_database() LIMIT 1`).Scan(&pid)
+			switch {
+			case err == nil:
+				if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+					t.Fatal(err)
+				}
+				<-done
+				probe.Close(context.Background())
+				return
+			case !errors.Is(err, pgx.ErrNoRows):
+				t.Fatal(err)
+			}
+			select {
+			case <-done:
+				again = true // committed without waiting: not yet, probe again
+			case <-ctx.Done():
+				t.Fatal("commits never wait for the synchronous standby")
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
-		if got == want {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("synchronous_standby_names is %q, want %q", got, want)
-		case <-time.After(20 * time.Millisecond):
-		}
+		probe.Close(ctx)
 	}
 }
 
