@@ -135,18 +135,21 @@ func TestOverviewCountsAsItHappens(t *testing.T) {
 
 	// Minutes that are over merge into one row per tenant, sums kept.
 	exec(t, pool, `UPDATE ordo.stats_minutes SET minute = minute - interval '3 minutes'`)
-	exec(t, pool, `INSERT INTO ordo.stats_minutes (minute, tenant_id, shard, accepted, sent)
-		SELECT minute, tenant_id, shard + 1, 1, 0 FROM ordo.stats_minutes WHERE tenant_id = (SELECT id FROM ordo.tenants WHERE slug = 'acme')`)
+	exec(t, pool, `INSERT INTO ordo.stats_minutes (minute, tenant_id, shard, accepted, sent, handled)
+		SELECT minute, tenant_id, shard + 1, 1, 0, 4 FROM ordo.stats_minutes WHERE tenant_id = (SELECT id FROM ordo.tenants WHERE slug = 'acme')`)
 	if err := New(pool, nil).CompactStats(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var rows, accepted, sent, latency int64
-	if err := pool.QueryRow(ctx, `SELECT count(*), sum(accepted), sum(sent), (SELECT sum(x) FROM ordo.stats_minutes, unnest(latency) x)
-		FROM ordo.stats_minutes`).Scan(&rows, &accepted, &sent, &latency); err != nil {
+	var rows, accepted, sent, handled, latency int64
+	if err := pool.QueryRow(ctx, `SELECT count(*), sum(accepted), sum(sent), sum(handled), (SELECT sum(x) FROM ordo.stats_minutes, unnest(latency) x)
+		FROM ordo.stats_minutes`).Scan(&rows, &accepted, &sent, &handled, &latency); err != nil {
 		t.Fatal(err)
 	}
-	if rows != 2 || accepted != 7 || sent != 3 || latency != 2 {
-		t.Errorf("after compaction: %d rows, %d accepted, %d sent, %d latencies; want 2 rows (one per tenant), 7, 3 and 2", rows, accepted, sent, latency)
+	// handled: the handler's answers, the evidence that voids a suspicion
+	// of it (ordo.handler_failed); a merge that dropped them would let
+	// failures with answers between take the handler down.
+	if rows != 2 || accepted != 7 || sent != 3 || handled != 4 || latency != 2 {
+		t.Errorf("after compaction: %d rows, %d accepted, %d sent, %d handled, %d latencies; want 2 rows (one per tenant), 7, 3, 4 and 2", rows, accepted, sent, handled, latency)
 	}
 }
 

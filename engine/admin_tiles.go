@@ -84,21 +84,21 @@ WITH gone AS (
         SELECT minute, tenant_id, shard FROM ordo.stats_minutes
         WHERE minute < date_trunc('minute', now()) - interval '1 minute' AND shard >= 0
         LIMIT 5000 FOR UPDATE SKIP LOCKED)
-    RETURNING s.minute, s.tenant_id, s.accepted, s.sent, s.latency
+    RETURNING s.minute, s.tenant_id, s.accepted, s.sent, s.handled, s.latency
 ), buckets AS (
     SELECT g.minute, g.tenant_id, i, sum(g.latency[i])::int AS n
     FROM gone g, generate_series(1, 80) i GROUP BY g.minute, g.tenant_id, i
 ), merged AS (
-    SELECT c.minute, c.tenant_id, c.accepted, c.sent,
+    SELECT c.minute, c.tenant_id, c.accepted, c.sent, c.handled,
            (SELECT array_agg(b.n ORDER BY b.i) FROM buckets b WHERE b.minute = c.minute AND b.tenant_id = c.tenant_id) AS latency
-    FROM (SELECT minute, tenant_id, sum(accepted) AS accepted, sum(sent) AS sent FROM gone GROUP BY minute, tenant_id) c
+    FROM (SELECT minute, tenant_id, sum(accepted) AS accepted, sum(sent) AS sent, sum(handled) AS handled FROM gone GROUP BY minute, tenant_id) c
 ), old AS (
     DELETE FROM ordo.stats_minutes WHERE minute < now() - make_interval(secs => $1::double precision)
 )
-INSERT INTO ordo.stats_minutes AS s (minute, tenant_id, shard, accepted, sent, latency)
-SELECT minute, tenant_id, -1, accepted, sent, latency FROM merged ORDER BY minute, tenant_id
+INSERT INTO ordo.stats_minutes AS s (minute, tenant_id, shard, accepted, sent, handled, latency)
+SELECT minute, tenant_id, -1, accepted, sent, handled, latency FROM merged ORDER BY minute, tenant_id
 ON CONFLICT (minute, tenant_id, shard) DO UPDATE SET
-    accepted = s.accepted + EXCLUDED.accepted, sent = s.sent + EXCLUDED.sent,
+    accepted = s.accepted + EXCLUDED.accepted, sent = s.sent + EXCLUDED.sent, handled = s.handled + EXCLUDED.handled,
     latency = (SELECT array_agg(x.a + x.b ORDER BY x.i) FROM unnest(s.latency, EXCLUDED.latency) WITH ORDINALITY x(a, b, i))`
 
 // CompactStats merges the counters of past minutes (see compactStats); the

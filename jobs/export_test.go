@@ -62,24 +62,28 @@ func NoOverdraft(r *Runner) {
 	r.room.Over = 0
 }
 
-// NumberCase is one row of the number evidence model's table, for the
-// test that holds ordo.number_failed to it: failures of Steps at offsets
-// At with Sent successful sends so far, and the verdict after each.
-type NumberCase struct {
+// EvidenceCase is one row of a dependency's evidence rule table, for the
+// test that holds ordo.number_failed and ordo.handler_failed to it:
+// failures of Steps at offsets At with OK successful calls so far, and the
+// verdict after each.
+type EvidenceCase struct {
 	Name  string
 	Steps []int64
 	At    []time.Duration
-	Sent  []int64
+	OK    []int64
 	Want  []string
 }
 
-// NumberCases returns the model's table (number_evidence_test.go).
-func NumberCases() []NumberCase {
-	var out []NumberCase
-	for _, c := range numberCases {
-		nc := NumberCase{Name: c.name}
+// NumberCases and HandlerCases return the rules' tables (evidence_test.go).
+func NumberCases() []EvidenceCase  { return exportCases(numberCases) }
+func HandlerCases() []EvidenceCase { return exportCases(handlerCases) }
+
+func exportCases(cases []evidenceCase) []EvidenceCase {
+	var out []EvidenceCase
+	for _, c := range cases {
+		nc := EvidenceCase{Name: c.name}
 		for i, ev := range c.events {
-			nc.Steps, nc.At, nc.Sent = append(nc.Steps, ev.step), append(nc.At, ev.at), append(nc.Sent, ev.sent)
+			nc.Steps, nc.At, nc.OK = append(nc.Steps, ev.step), append(nc.At, ev.at), append(nc.OK, ev.ok)
 			nc.Want = append(nc.Want, c.want[i].String())
 		}
 		out = append(out, nc)

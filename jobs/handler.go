@@ -48,7 +48,7 @@ type handlerAnswer struct {
 // this message async); async, any 2xx means the replies will be posted;
 // notify, any 2xx is done. A tenant without a handler keeps its inbound
 // messages and answers nothing. A handler not there (connection errors,
-// 404, 410, 502-504) makes its tenant unreachable; 500, 408 and 429 are
+// 404, 410; 502-504 on evidence) makes its tenant unreachable; 500, 408 and 429 are
 // retried; a timeout is not (timedOut); other 4xx and malformed answers
 // are permanent.
 func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error) {
@@ -99,8 +99,10 @@ func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error)
 		// a reason to halt every conversation that gets a message meanwhile.
 		return handlerAnswer{}, &failure{msg: "handler answered " + strconv.Itoa(code) + handlerDown + " (and its Webhook node's path the handler URL's?)", action: actUnreachable}
 	case code == http.StatusBadGateway, code == http.StatusServiceUnavailable, code == http.StatusGatewayTimeout:
-		// The proxy in front of the handler has nothing behind it.
-		return handlerAnswer{}, &failure{msg: "handler answered " + strconv.Itoa(code) + handlerDown, action: actUnreachable}
+		// The proxy in front of the handler may have nothing behind it, or
+		// one of several workflows' workers was restarting: evidence, not
+		// proof (evidence.go).
+		return handlerAnswer{}, &failure{msg: "handler answered " + strconv.Itoa(code) + handlerDown, action: actUnreachable, suspect: true}
 	case code >= 500:
 		return handlerAnswer{}, &failure{msg: "handler answered " + strconv.Itoa(code) + handlerDown, retryAfter: retryAfter(resp.Header.Get("Retry-After"))}
 	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:

@@ -12,7 +12,7 @@ import (
 
 // A tenant's WhatsApp number that the Cloud API does not serve — 5xx
 // answers, Meta's "service unavailable" codes, refused connections,
-// timeouts, for several different messages (number_evidence.go) — is a
+// timeouts, for several different messages (evidence.go) — is a
 // state of the tenant, as its handler's is (reachability.go; contract:
 // "the same for the Cloud API"). The tenant row holds it
 // (number_down_since, number_probe_at); the transitions are SQL functions,
@@ -88,7 +88,7 @@ func (r *run) probeNumber(ctx context.Context, st *step) (out outcome, ok bool, 
 	// (ordo.number_back); until then the others look again only at the
 	// probe's latest pace, in case its prober died.
 	delay := probeLook(wait, NumberProbeMax)
-	out, err = r.waitForNumber(ctx, st, unstartStep, []byte("[]"), delay)
+	out, err = r.waitForNumber(ctx, st, []byte("[]"), delay)
 	return out, false, err
 }
 
@@ -131,29 +131,28 @@ func (r *run) numberFailed(ctx context.Context, st *step, f *failure, entry []by
 	if wait != nil {
 		delay = max(*wait, 0)
 	}
-	give := unstartStep
 	if f.reach == whatsapp.ServerError && v == verdictSuspect {
-		give = keepUnknown
-	} else {
-		entry = errorEntry(st.attempts, f.msg, "number_unreachable") // not an ambiguous send: not taken
+		out, err = r.holdBack(ctx, st, keepUnknown, entry, delay)
+		return out, true, err
 	}
-	out, err = r.waitForNumber(ctx, st, give, entry, delay)
+	entry = errorEntry(st.attempts, f.msg, "number_unreachable") // not an ambiguous send: not taken
+	if v == verdictSuspect {
+		out, err = r.holdBack(ctx, st, unstartStep, entry, delay)
+	} else {
+		out, err = r.waitForNumber(ctx, st, entry, delay)
+	}
 	return out, true, err
 }
 
-// waitForNumber gives back st's attempt with give (unstartStep or
-// keepUnknown, with entry for its error history) and parks the
-// conversation until delay has passed or the number is back.
-func (r *run) waitForNumber(ctx context.Context, st *step, give string, entry []byte, delay time.Duration) (outcome, error) {
-	out, err := r.waitFor(ctx, "number", st, give, entry, delay)
+// waitForNumber gives back st's attempt (with entry for its error
+// history) and parks the conversation until delay has passed or the
+// number is back.
+func (r *run) waitForNumber(ctx context.Context, st *step, entry []byte, delay time.Duration) (outcome, error) {
+	out, err := r.waitFor(ctx, "number", st, unstartStep, entry, delay)
 	if err != nil {
 		return outcome{}, err
 	}
 	st.started, st.status = false, "pending"
-	if give == keepUnknown {
-		st.status = "unknown"
-		r.d.cfg.Metrics.Step(st.kind, metrics.StepAmbiguous)
-	}
 	r.d.cfg.Metrics.Step(st.kind, metrics.StepWaiting)
 	return out, nil
 }

@@ -115,6 +115,53 @@ func TestUnreachableNumberIsAStateTheConversationsWaitFor(t *testing.T) {
 	}
 }
 
+// A number suspected away (enough different messages failed, not yet over
+// NumberDownSpan) keeps a step's last attempt until the evidence decides.
+// That wait parked the conversation as a wait for the number — which goes
+// on at once when the number is not down — so the step was sent again and
+// again: 12 sends to Meta in 4 s for one message. It waits out the span.
+func TestSuspectedNumberDoesNotResendAtOnce(t *testing.T) {
+	t.Parallel()
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true})
+	ctx := context.Background()
+	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET max_attempts = 2 WHERE id = $1`, b.Tenant.ID); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		per   = map[string]int{}
+		start = time.Now()
+	)
+	window := jobs.NumberDownSpan - time.Second
+	b.WhatsApp.SetResponder(func(req whatsapptest.Send, attempt int) whatsapptest.Response {
+		if time.Since(start) < window {
+			mu.Lock()
+			per[req.To]++
+			mu.Unlock()
+			return whatsapptest.Response{Status: http.StatusServiceUnavailable}
+		}
+		return whatsapptest.Default(req, attempt)
+	})
+	b.Start()
+	for _, c := range []string{"c1", "c2", "c3"} {
+		b.Ingest(c, c+"-m1", c)
+	}
+	b.WaitFor("every message sent", 60*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`) == 3
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for c, n := range per {
+		if n > 3 {
+			t.Errorf("%s was sent %d times while the number was only suspected (%s); want its 2 attempts and at most a probe", c, n, window)
+		}
+	}
+	t.Logf("sends per conversation in the first %s: %v", window, per)
+	if n := b.Count(`SELECT count(*) FROM ordo.dead_letters`); n != 0 {
+		t.Fatalf("%d dead letters", n)
+	}
+}
+
 // One message that Meta answers 500 every time (a malformed media id, say)
 // is that message's problem: it is retried over more than NumberDownSpan
 // while the tenant's other conversations send, and dead-letters after its
@@ -217,41 +264,56 @@ func TestNumberUnreachablePastTheOutageLimitDeadLetters(t *testing.T) {
 	}
 }
 
-// ordo.number_failed carries out the number evidence model (jobs'
-// numberEvidence) on the tenant row: the model's table, fed to it with the
-// same clock and the tenant's sent counter, gives the same verdicts.
-func TestNumberEvidenceSQLAgrees(t *testing.T) {
+// ordo.number_failed and ordo.handler_failed carry out the evidence model
+// (jobs' evidence, through ordo.dependency_evidence) on the tenant row: the
+// model's tables, fed to them with the same clock and the tenant's
+// counters of successful calls, give the same verdicts.
+func TestEvidenceSQLAgrees(t *testing.T) {
 	t.Parallel()
 	b := jobstest.Setup(t, jobstest.Options{NoStart: true})
 	ctx := context.Background()
 	start := time.Date(2026, 11, 27, 8, 0, 30, 0, time.UTC)
-	for _, c := range jobs.NumberCases() {
-		if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET number_down_since = NULL, number_probe_at = NULL, number_down_probes = 0,
-			number_fail_steps = NULL, number_fail_since = NULL, number_fail_sent = NULL`); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.Pool.Exec(ctx, `DELETE FROM ordo.stats_minutes`); err != nil {
-			t.Fatal(err)
-		}
-		var sent int64
-		for i, step := range c.Steps {
-			at := start.Add(c.At[i])
-			if d := c.Sent[i] - sent; d > 0 {
-				if _, err := b.Pool.Exec(ctx, `INSERT INTO ordo.stats_minutes AS s (minute, tenant_id, shard, sent) VALUES (date_trunc('minute', $1::timestamptz), $2, 0, $3)
-					ON CONFLICT (minute, tenant_id, shard) DO UPDATE SET sent = s.sent + EXCLUDED.sent`, at, b.Tenant.ID, d); err != nil {
-					t.Fatal(err)
-				}
-				sent = c.Sent[i]
-			}
-			var verdict string
-			if err := b.Pool.QueryRow(ctx, `SELECT verdict FROM ordo.number_failed($1, $2, false, 'test', $3, $4, $5, $6, $7)`,
-				b.Tenant.ID, step, jobs.NumberDownSteps, jobs.NumberDownSpan.Milliseconds(), jobs.NumberEvidenceHorizon.Milliseconds(),
-				jobs.NumberProbeMax.Milliseconds(), at).Scan(&verdict); err != nil {
+	for _, set := range []struct {
+		counter, call string
+		cases         []jobs.EvidenceCase
+		args          []any
+	}{
+		{"sent", `SELECT verdict FROM ordo.number_failed($1, $2, false, 'test', $4, $5, $6, $7, $3)`, jobs.NumberCases(),
+			[]any{jobs.NumberDownSteps, jobs.NumberDownSpan.Milliseconds(), jobs.NumberEvidenceHorizon.Milliseconds(), jobs.NumberProbeMax.Milliseconds()}},
+		{"handled", `SELECT verdict FROM ordo.handler_failed($1, $2, false, 'test', false, $4, $5, $6, $7, $3)`, jobs.HandlerCases(),
+			[]any{jobs.HandlerDownFailures, jobs.HandlerDownSpan.Milliseconds(), jobs.HandlerEvidenceHorizon.Milliseconds(), jobs.HandlerProbeMax.Milliseconds()}},
+	} {
+		for _, c := range set.cases {
+			if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET number_down_since = NULL, number_probe_at = NULL, number_down_probes = 0,
+				number_fail_steps = NULL, number_fail_since = NULL, number_fail_sent = NULL,
+				handler_down_since = NULL, handler_probe_at = NULL, handler_down_probes = 0,
+				handler_fail_steps = NULL, handler_fail_since = NULL, handler_fail_ok = NULL`); err != nil {
 				t.Fatal(err)
 			}
-			if verdict != c.Want[i] {
-				t.Errorf("%s: event %d: ordo.number_failed says %s, the model %s", c.Name, i, verdict, c.Want[i])
-				break
+			if _, err := b.Pool.Exec(ctx, `DELETE FROM ordo.stats_minutes`); err != nil {
+				t.Fatal(err)
+			}
+			var ok int64
+			for i, step := range c.Steps {
+				at := start.Add(c.At[i])
+				if d := c.OK[i] - ok; d > 0 {
+					// The counter's column is one of two names, not input.
+					if _, err := b.Pool.Exec(ctx, `INSERT INTO ordo.stats_minutes AS s (minute, tenant_id, shard, `+set.counter+`)
+						VALUES (date_trunc('minute', $1::timestamptz), $2, 0, $3)
+						ON CONFLICT (minute, tenant_id, shard) DO UPDATE SET `+set.counter+` = s.`+set.counter+` + EXCLUDED.`+set.counter,
+						at, b.Tenant.ID, d); err != nil {
+						t.Fatal(err)
+					}
+					ok = c.OK[i]
+				}
+				var verdict string
+				if err := b.Pool.QueryRow(ctx, set.call, append([]any{b.Tenant.ID, step, at}, set.args...)...).Scan(&verdict); err != nil {
+					t.Fatal(err)
+				}
+				if verdict != c.Want[i] {
+					t.Errorf("%s (%s): event %d: the database says %s, the model %s", c.Name, set.counter, i, verdict, c.Want[i])
+					break
+				}
 			}
 		}
 	}

@@ -12,16 +12,17 @@ import (
 )
 
 // A tenant's handler that does not answer — connection refused, a DNS
-// failure, n8n's 404 while it restarts or while the workflow is off, a
-// proxy's 502/503/504 — is a state of the tenant, not a failed attempt of
-// each message (contract: handler callback, Failures). The tenant row holds
-// it (handler_down_since, handler_probe_at); the transitions are SQL
-// functions, each in a transaction of its own on the tenant row:
+// failure, n8n's 404 while it restarts or while the workflow is off — or
+// whose proxy answers 502/503/504 for several calls with no answer between
+// (evidence.go) is a state of the tenant, not a failed attempt of each
+// message (contract: handler callback, Failures). The tenant row holds it
+// (handler_down_since, handler_probe_at, the evidence); the transitions
+// are SQL functions, each in a transaction of its own on the tenant row:
 //
-//	reachable   --call fails unreachable-->  unreachable  (ordo.handler_down)
-//	unreachable --probe time, one caller-->  probing      (ordo.handler_probe)
-//	probing     --call fails unreachable-->  unreachable  (backoff doubles, ≤ HandlerProbeMax)
-//	probing     --any other answer------->  reachable    (ordo.handler_back: waiting conversations woken)
+//	reachable   --refused, 404: at once; 502-504: on evidence-->  unreachable  (ordo.handler_failed)
+//	unreachable --probe time, one caller---------------------->  probing      (ordo.handler_probe)
+//	probing     --call fails unreachable---------------------->  unreachable  (backoff doubles, ≤ HandlerProbeMax)
+//	probing     --any other answer---------------------------->  reachable    (ordo.handler_back: waiting conversations woken)
 //
 // While unreachable, a drain about to call the handler that does not get
 // the probe gives back its attempt, marks its conversation handler_wait and
@@ -30,13 +31,14 @@ import (
 // handler's failures count as attempts again, as any other failure.
 
 // HandlerProbeMax caps the time between two probes of an unreachable
-// handler: it answers again at most this long before delivery resumes.
-const HandlerProbeMax = time.Minute
+// handler: it answers again at most this long before delivery resumes. An
+// n8n upgrade takes a minute or three; a probe is one call.
+const HandlerProbeMax = 30 * time.Second
 
 const (
-	handlerDownQuery  = `SELECT went_down, wait FROM ordo.handler_down($1, $2, $3)`
-	handlerProbeQuery = `SELECT go, wait FROM ordo.handler_probe($1, make_interval(secs => $2::float8 / 1000))`
-	handlerBackQuery  = `SELECT ordo.handler_back($1, $2)`
+	handlerFailedQuery = `SELECT verdict, went_down, wait FROM ordo.handler_failed($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL)`
+	handlerProbeQuery  = `SELECT go, wait FROM ordo.handler_probe($1, make_interval(secs => $2::float8 / 1000))`
+	handlerBackQuery   = `SELECT ordo.handler_back($1, $2)`
 )
 
 // handlerOutage says whether the tenant's handler is unreachable and its
@@ -85,31 +87,60 @@ func probeLook(wait *time.Duration, most time.Duration) time.Duration {
 	return min(max(*wait, time.Second), most)
 }
 
-// handlerUnreachable records that the handler did not answer the call of
-// st (f says how): the tenant's handler is unreachable (logged once, when
-// it goes), st gets its attempt back, and the conversation waits for the
-// next probe.
-func (r *run) handlerUnreachable(ctx context.Context, st *step, f *failure) (outcome, error) {
+// handlerFailed records that the handler did not answer the call of st
+// (f says how: at once unreachable, or only a suspect answer) with
+// ordo.handler_failed, and says whether it is handled here. Down: the
+// tenant's handler is unreachable (logged once, when it goes), st gets its
+// attempt back and the conversation waits for the next probe. Not down
+// yet (one failure, or a suspicion) on st's last attempt: st keeps it
+// until the evidence decides. Otherwise (handled false) st's failure is
+// settled as any other, no sooner than the evidence can decide.
+func (r *run) handlerFailed(ctx context.Context, st *step, f *failure, entry []byte) (out outcome, handled bool, err error) {
 	var (
+		verdict  string
 		wentDown bool
-		wait     time.Duration
+		wait     *time.Duration
 	)
 	// The tenant row in a transaction of its own, before the conversation's
 	// (sql/LOCKING.md).
 	r.s.touch()
-	if err := r.s.conn.QueryRow(ctx, handlerDownQuery, r.tenant.ID, f.msg, HandlerProbeMax.Milliseconds()).Scan(&wentDown, &wait); err != nil {
-		return outcome{}, r.s.fail(fmt.Errorf("record handler unreachable: %w", err))
+	if err := r.s.conn.QueryRow(ctx, handlerFailedQuery, r.tenant.ID, st.id, r.probing, f.msg, !f.suspect, handlerRule.failures,
+		handlerRule.span.Milliseconds(), handlerRule.horizon.Milliseconds(), HandlerProbeMax.Milliseconds()).Scan(&verdict, &wentDown, &wait); err != nil {
+		return outcome{}, false, r.s.fail(fmt.Errorf("record handler failure: %w", err))
+	}
+	r.probing = false
+	delay := HandlerProbeMax
+	if wait != nil {
+		delay = max(*wait, 0)
+	}
+	switch v := parseVerdict(verdict); v {
+	case verdictMessage, verdictSuspect:
+		if st.attempts < r.tenant.MaxAttempts {
+			if v == verdictSuspect {
+				f.retryAfter = max(r.d.backoff(st.attempts, f.retryAfter), delay)
+			}
+			return outcome{}, false, nil
+		}
+		if v == verdictMessage {
+			delay = r.d.backoff(st.attempts, f.retryAfter)
+		}
+		// Its last attempt: kept until the evidence decides, so that a
+		// handler away never dead-letters (the same message's retries
+		// count: they take it down soon).
+		out, err = r.holdBack(ctx, st, unstartStep, entry, delay)
+		return out, true, err
 	}
 	if wentDown {
 		r.log.WarnContext(ctx, "tenant's handler unreachable: its conversations wait and one probe at a time looks for it",
 			slog.String("tenant", r.tenant.Slug), slog.String("reason", f.msg))
 	}
-	now := time.Now()
 	if r.tenant.HandlerDownSince == nil {
+		now := time.Now()
 		r.tenant.HandlerDownSince = &now
 	}
 	st.started = true // its attempt is given back
-	return r.waitForHandler(ctx, st, wait)
+	out, err = r.waitForHandler(ctx, st, delay)
+	return out, true, err
 }
 
 // waitForHandler gives back st's attempt, if this drain recorded one, and
@@ -125,6 +156,28 @@ func (r *run) waitForHandler(ctx context.Context, st *step, delay time.Duration)
 		r.d.cfg.Metrics.Step(st.kind, metrics.StepWaiting)
 	}
 	return out, err
+}
+
+// holdBack gives back st's attempt with give (unstartStep, or keepUnknown
+// for a send, with entry for its error history) and parks the
+// conversation for delay: a dependency suspected away, not yet down, while
+// the evidence decides. Not a wait for the dependency (waitFor): nothing
+// would wake it, and waitFor goes on at once when the dependency is not
+// down — which sent a suspected number's last attempt again and again
+// until the evidence decided (12 sends in 4 s).
+func (r *run) holdBack(ctx context.Context, st *step, give string, entry []byte, delay time.Duration) (outcome, error) {
+	b := &pgx.Batch{}
+	b.Queue(give, st.id, entry)
+	if err := r.s.write(ctx, b); err != nil {
+		return outcome{}, err
+	}
+	st.started, st.status = false, "pending"
+	if give == keepUnknown {
+		st.status = "unknown"
+		r.d.cfg.Metrics.Step(st.kind, metrics.StepAmbiguous)
+	}
+	r.d.cfg.Metrics.Step(st.kind, metrics.StepWaiting)
+	return outcome{kind: outcomeWait, delay: delay}, nil
 }
 
 // waitForQuery marks the conversation waiting for a dependency of its

@@ -165,7 +165,11 @@ const (
 type failure struct {
 	// silent: no answer came (a timeout); it says nothing of whether the
 	// far end is there.
-	silent     bool
+	silent bool
+	// suspect: for actUnreachable, the answer only suggests the handler is
+	// away (a proxy's 502/503/504): it takes the handler down only with
+	// more evidence (evidence.go).
+	suspect    bool
 	msg        string
 	action     action
 	class      string // the channel's name for the failure (whatsapp.Class), if any
@@ -575,13 +579,18 @@ func (r *run) failed(ctx context.Context, m message, st *step, f *failure) (outc
 			return out, err
 		}
 	}
+	if f.action == actUnreachable && (r.handlerOutage() || r.tenant.HandlerDownSince == nil) {
+		// The handler's reachability (reachability.go); past the outage
+		// limit, or without the evidence, a failure counts as an attempt.
+		if out, handled, err := r.handlerFailed(ctx, st, f, entry); err != nil || handled {
+			return out, err
+		}
+	}
 	switch {
 	case f.action == actPause:
 		return r.pauseSending(ctx, st, f.msg, entry)
 	case f.action == actDeadLetter:
 		return r.deadLetter(ctx, m, st, f.msg, entry)
-	case f.action == actUnreachable && (r.handlerOutage() || r.tenant.HandlerDownSince == nil):
-		return r.handlerUnreachable(ctx, st, f)
 	case f.action != actAmbiguous && st.attempts >= r.tenant.MaxAttempts:
 		// An ambiguous send is settled first (it may have gone out).
 		var guard func(*pgx.Batch)

@@ -1,12 +1,11 @@
 -- ordo.audit_log_guard keeps the audit log append-only: it refuses every
 -- UPDATE, DELETE and TRUNCATE of ordo.audit_log but the two the audit
--- itself makes, each through its one function, which says so for its own
--- transaction (set_config(…, true)) and only while it runs:
+-- itself makes, each from its one function — read from the call stack
+-- (PG_CONTEXT), not from a flag in the session that anyone could set:
 --
--- * ordo.prune_audit (ordo.audit_write = 'prune'): a DELETE of an entry
---   older than ordo.audit_retention_min() — never a recent one, whoever set
---   the flag;
--- * ordo.redact_audit (ordo.audit_write = 'redact'): an UPDATE that only
+-- * ordo.prune_audit: a DELETE of an entry older than
+--   ordo.audit_retention_min() — never a recent one;
+-- * ordo.redact_audit: an UPDATE that only
 --   erases an entry's conversation and message ids (and those keys of its
 --   details, marking it redacted), keeping who did what to which tenant and
 --   when: `ordo purge --all`, a right-to-erasure request.
@@ -19,12 +18,13 @@ CREATE OR REPLACE FUNCTION ordo.audit_log_guard()
 RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_write text := coalesce(current_setting('ordo.audit_write', true), '');
+    v_stack text;
 BEGIN
-    IF TG_OP = 'DELETE' AND v_write = 'prune' AND OLD.at < now() - ordo.audit_retention_min() THEN
+    GET DIAGNOSTICS v_stack = PG_CONTEXT;
+    IF TG_OP = 'DELETE' AND v_stack LIKE '%function ordo.prune_audit(%' AND OLD.at < now() - ordo.audit_retention_min() THEN
         RETURN OLD;
     END IF;
-    IF TG_OP = 'UPDATE' AND v_write = 'redact'
+    IF TG_OP = 'UPDATE' AND v_stack LIKE '%function ordo.redact_audit(%'
        AND NEW.id = OLD.id AND NEW.at = OLD.at AND NEW.actor = OLD.actor AND NEW.action = OLD.action
        AND NEW.tenant IS NOT DISTINCT FROM OLD.tenant AND NEW.dead_letter_id IS NOT DISTINCT FROM OLD.dead_letter_id
        AND NEW.conversation_id IS NULL AND NEW.message_id IS NULL

@@ -14,13 +14,12 @@
 --               between probes (1 s, 2 s, 4 s … at most p_max_ms, ±20 %
 --               jitter so that processes do not probe in step); the failure
 --               of a drain that did not know the number was down leaves it.
--- The evidence (number_fail_steps, _since, _sent) is the model
--- jobs.numberEvidence carried out on the tenant row, so that every process
--- sees it: the distinct steps that failed since number_fail_since, void
--- once older than p_horizon_ms or once the tenant's successful sends (its
--- sent counter in ordo.stats_minutes, which both finish paths bump) grew
--- past number_fail_sent — a success in between resets it, and nothing is
--- written on the success path. p_at stands for now() (tests; NULL: now).
+-- The evidence (number_fail_steps, _since, _sent) is the rule of
+-- jobs/evidence.go (ordo.dependency_evidence) kept on the tenant row, so that
+-- every process sees it: distinct steps, voided by a successful send of the
+-- tenant (its sent counter in ordo.stats_minutes, which both finish paths
+-- bump) — nothing is written on the success path. p_at stands for now()
+-- (tests; NULL: now).
 --
 -- Locks: the tenant row only (sql/LOCKING.md level 1), in a transaction of
 -- its own, before the caller's conversation write; the counters are read
@@ -31,13 +30,11 @@ CREATE OR REPLACE FUNCTION ordo.number_failed(p_tenant bigint, p_step bigint, p_
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now    timestamptz := coalesce(p_at, now());
-    v_span   interval := make_interval(secs => p_min_span_ms / 1000.0);
     v_down   timestamptz;
     v_probes integer;
     v_steps  bigint[];
     v_since  timestamptz;
     v_base   bigint;
-    v_sent   bigint;
 BEGIN
     verdict := 'message';
     went_down := false;
@@ -64,25 +61,10 @@ BEGIN
         verdict := 'down';
         RETURN;
     END IF;
-    IF v_since IS NOT NULL AND v_since > v_now - make_interval(secs => p_horizon_ms / 1000.0) THEN
-        SELECT coalesce(sum(s.sent), 0) INTO v_sent
-        FROM generate_series(date_trunc('minute', v_since), date_trunc('minute', v_now), interval '1 minute') g(m)
-        JOIN ordo.stats_minutes s ON s.minute = g.m AND s.tenant_id = p_tenant;
-        IF v_sent > v_base THEN
-            v_since := NULL; -- a send succeeded since the evidence began
-        END IF;
-    ELSE
-        v_since := NULL;
-    END IF;
-    IF v_since IS NULL THEN
-        v_since := v_now;
-        v_steps := ARRAY[p_step];
-        SELECT coalesce(sum(s.sent), 0) INTO v_base
-        FROM ordo.stats_minutes s WHERE s.minute = date_trunc('minute', v_now) AND s.tenant_id = p_tenant;
-    ELSIF NOT p_step = ANY (v_steps) AND cardinality(v_steps) < p_min_steps THEN
-        v_steps := v_steps || p_step;
-    END IF;
-    IF cardinality(v_steps) >= p_min_steps AND v_now - v_since >= v_span THEN
+    SELECT e.steps, e.since, e.base, e.verdict, e.wait INTO v_steps, v_since, v_base, verdict, wait
+    FROM ordo.dependency_evidence(p_tenant, 'sent', v_steps, v_since, v_base,
+        p_step, true, p_min_steps, p_min_span_ms, p_horizon_ms, v_now) e;
+    IF verdict = 'down' THEN
         UPDATE ordo.tenants t SET
             number_down_since  = v_now,
             number_down_reason = p_reason,
@@ -91,15 +73,10 @@ BEGIN
             number_fail_steps  = NULL, number_fail_since = NULL, number_fail_sent = NULL
         WHERE t.id = p_tenant
         RETURNING t.number_probe_at - v_now INTO wait;
-        verdict := 'down';
         went_down := true;
         RETURN;
     END IF;
     UPDATE ordo.tenants t SET number_fail_steps = v_steps, number_fail_since = v_since, number_fail_sent = v_base
     WHERE t.id = p_tenant;
-    IF cardinality(v_steps) >= p_min_steps THEN
-        verdict := 'suspect';
-        wait := v_since + v_span - v_now;
-    END IF;
 END;
 $$;

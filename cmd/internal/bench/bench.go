@@ -241,6 +241,9 @@ func Main(ctx context.Context, env *cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The code measured is the code at the start: a run takes minutes, and
+	// a commit made meanwhile must not be named as the one measured.
+	commit := sourceCommit()
 	if cfg.profile != "" {
 		if cfg.profile, err = filepath.Abs(cfg.profile); err != nil {
 			return err
@@ -322,7 +325,7 @@ func Main(ctx context.Context, env *cli.Env, args []string) error {
 	_, _ = env.Stdout.Write(report.Bytes())
 	fmt.Fprintf(env.Stdout, "JSON lines: %s\n", cfg.out)
 	if cfg.results != "" {
-		if err := appendResults(cfg.results, cfg.args, report.Bytes()); err != nil {
+		if err := appendResults(cfg.results, commit, cfg.args, report.Bytes()); err != nil {
 			return err
 		}
 		fmt.Fprintf(env.Stdout, "appended to %s\n", cfg.results)
@@ -336,24 +339,31 @@ func Main(ctx context.Context, env *cli.Env, args []string) error {
 const ResultsFileDefault = "cmd/ordo-bench/RESULTS.md"
 
 // appendResults appends one run's report to path under a heading naming
-// when, on which commit and with which flags it ran.
-func appendResults(path string, args []string, report []byte) error {
+// when, on which commit (sourceCommit, read when the run began) and with
+// which flags it ran.
+func appendResults(path, commit string, args []string, report []byte) error {
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		return fmt.Errorf("--results: %w", err)
 	}
 	defer f.Close()
-	commit := cli.ReadBuild().Commit
-	if commit == "" { // go run stamps none: ask git
-		out, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
-		commit = cmp.Or(strings.TrimSpace(string(out)), "unknown")
-	}
 	_, err = fmt.Fprintf(f, "\n## %s, commit %s\n\n`make bench ARGS=\"%s\"` (%d CPUs)\n\n```\n%s```\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), commit, strings.Join(args, " "), runtime.NumCPU(), report)
 	if err != nil {
 		return fmt.Errorf("--results: %w", err)
 	}
 	return f.Close()
+}
+
+// sourceCommit names the code this binary was built from: its stamped
+// build, or (go run stamps none) the work tree's commit, "-dirty" when it
+// has changes.
+func sourceCommit() string {
+	if commit := cli.ReadBuild().Commit; commit != "" {
+		return commit
+	}
+	out, _ := exec.Command("git", "describe", "--always", "--dirty", "--abbrev=7").Output()
+	return cmp.Or(strings.TrimSpace(string(out)), "unknown")
 }
 
 // runNoisyAll runs the noisy scenario for every HTTP system (sql-floor has

@@ -35,7 +35,7 @@ const (
 
 // HandledAfterBackMax bounds how long after the handler is back every
 // inbound message that waited for it is handled: one probe interval of at
-// most a minute (jobs.HandlerProbeMax), and the backlog.
+// most jobs.HandlerProbeMax (30 s), and the backlog.
 const HandledAfterBackMax = 90 * time.Second
 
 // n8nNotRegistered is n8n's answer for a webhook whose workflow is not

@@ -71,13 +71,9 @@ func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 	// HTTP server's in-flight requests.
 	cfg.ShutdownPeriod = cmp.Or(cfg.ShutdownPeriod, cfg.Jobs.WithDefaults().StopTimeout+ShutdownMargin)
 	log := logger.With(slog.String("role", cfg.Role))
-	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	poolCfg, err := poolConfig(cfg.DatabaseURL, cfg.Jobs.WithDefaults().Workers)
 	if err != nil {
-		return errors.New("parse DATABASE_URL: not a valid PostgreSQL URL")
-	}
-	if !strings.Contains(cfg.DatabaseURL, "pool_max_conns") {
-		// A running drain holds a connection; the API and River need more.
-		poolCfg.MaxConns = int32(cfg.Jobs.WithDefaults().Workers + 25)
+		return err
 	}
 	// The pool connects lazily: nothing below needs the database until
 	// waitForDatabase.
@@ -195,4 +191,30 @@ func untilStarted(started *atomic.Bool, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// PoolIdleDefault is how long a pooled connection may sit idle before the
+// pool closes it, unless DATABASE_URL says (pool_max_conn_idle_time). A
+// burst — REST clients retrying together once Postgres is back from an
+// outage — opens the pool to its maximum; pgx's own default (30 minutes)
+// then kept 75 idle backends that long.
+const PoolIdleDefault = time.Minute
+
+// poolConfig reads DATABASE_URL into the pool's configuration, with ordo's
+// sizes where the URL does not set them: room for every worker's drain
+// plus the API and River, and idle connections closed after
+// PoolIdleDefault.
+func poolConfig(url string, workers int) (*pgxpool.Config, error) {
+	poolCfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, errors.New("parse DATABASE_URL: not a valid PostgreSQL URL")
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		// A running drain holds a connection; the API and River need more.
+		poolCfg.MaxConns = int32(workers + 25)
+	}
+	if !strings.Contains(url, "pool_max_conn_idle_time") {
+		poolCfg.MaxConnIdleTime = PoolIdleDefault
+	}
+	return poolCfg, nil
 }
