@@ -36,7 +36,7 @@ import (
 const HandlerProbeMax = 30 * time.Second
 
 const (
-	handlerFailedQuery = `SELECT verdict, went_down, wait FROM ordo.handler_failed($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL)`
+	handlerFailedQuery = `SELECT verdict, went_down, wait, coalesce(failures, 0) FROM ordo.handler_failed($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL)`
 	handlerProbeQuery  = `SELECT go, wait FROM ordo.handler_probe($1, make_interval(secs => $2::float8 / 1000))`
 	handlerBackQuery   = `SELECT ordo.handler_back($1, $2)`
 )
@@ -92,20 +92,21 @@ func probeLook(wait *time.Duration, most time.Duration) time.Duration {
 // ordo.handler_failed, and says whether it is handled here. Down: the
 // tenant's handler is unreachable (logged once, when it goes), st gets its
 // attempt back and the conversation waits for the next probe. Not down
-// yet (one failure, or a suspicion) on st's last attempt: st keeps it
-// until the evidence decides. Otherwise (handled false) st's failure is
+// yet on st's last attempt, with failures and no answer between: st keeps
+// it until the evidence decides. Otherwise (handled false) st's failure is
 // settled as any other, no sooner than the evidence can decide.
 func (r *run) handlerFailed(ctx context.Context, st *step, f *failure, entry []byte) (out outcome, handled bool, err error) {
 	var (
 		verdict  string
 		wentDown bool
 		wait     *time.Duration
+		failures int
 	)
 	// The tenant row in a transaction of its own, before the conversation's
 	// (sql/LOCKING.md).
 	r.s.touch()
 	if err := r.s.conn.QueryRow(ctx, handlerFailedQuery, r.tenant.ID, st.id, r.probing, f.msg, !f.suspect, handlerRule.failures,
-		handlerRule.span.Milliseconds(), handlerRule.horizon.Milliseconds(), HandlerProbeMax.Milliseconds()).Scan(&verdict, &wentDown, &wait); err != nil {
+		handlerRule.span.Milliseconds(), handlerRule.horizon.Milliseconds(), HandlerProbeMax.Milliseconds()).Scan(&verdict, &wentDown, &wait, &failures); err != nil {
 		return outcome{}, false, r.s.fail(fmt.Errorf("record handler failure: %w", err))
 	}
 	r.probing = false
@@ -115,7 +116,10 @@ func (r *run) handlerFailed(ctx context.Context, st *step, f *failure, entry []b
 	}
 	switch v := parseVerdict(verdict); v {
 	case verdictMessage, verdictSuspect:
-		if st.attempts < r.tenant.MaxAttempts {
+		if st.attempts < r.tenant.MaxAttempts || v == verdictMessage && failures < 2 {
+			// Attempts left; or its last, and the handler answered since
+			// the failure before (or there was none): this message's own
+			// problem, dead-lettered as any other.
 			if v == verdictSuspect {
 				f.retryAfter = max(r.d.backoff(st.attempts, f.retryAfter), delay)
 			}
@@ -124,9 +128,10 @@ func (r *run) handlerFailed(ctx context.Context, st *step, f *failure, entry []b
 		if v == verdictMessage {
 			delay = r.d.backoff(st.attempts, f.retryAfter)
 		}
-		// Its last attempt: kept until the evidence decides, so that a
-		// handler away never dead-letters (the same message's retries
-		// count: they take it down soon).
+		// Its last attempt, with failures and no answer between: kept
+		// until the evidence decides, so that a handler away never
+		// dead-letters (the same message's retries count: they take it
+		// down soon).
 		out, err = r.holdBack(ctx, st, unstartStep, entry, delay)
 		return out, true, err
 	}

@@ -344,3 +344,51 @@ func TestAProxyWithNothingBehindItTakesTheHandlerDown(t *testing.T) {
 		t.Fatalf("%d dead letters", n)
 	}
 }
+
+// A message its handler's proxy answers 504 every time (its workflow is too
+// slow for the proxy on this input) while the handler answers the others
+// is that message's problem: it dead-letters after its attempts, as any
+// failing message — it neither takes the handler down nor waits for ever
+// on its last attempt.
+func TestAMessageAProxyAlwaysFailsDeadLetters(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), `"message_id":"poison"`) {
+			w.WriteHeader(http.StatusGatewayTimeout)
+			return
+		}
+		_, _ = io.WriteString(w, `{"replies":[]}`)
+	}))
+	t.Cleanup(srv.Close)
+	b := jobstest.Setup(t, jobstest.Options{HandlerURL: srv.URL, Config: jobs.Config{RetryBase: 400 * time.Millisecond, RetryMax: 400 * time.Millisecond}})
+	ctx := context.Background()
+	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET max_attempts = 3, events_url = 'http://127.0.0.1:1/events'`); err != nil {
+		t.Fatal(err)
+	}
+	ingest := func(conv, id string) {
+		t.Helper()
+		if _, err := b.Engine.Ingest(ctx, engine.NewMessage{Tenant: b.Tenant.Slug, ConversationID: conv, MessageID: id, Direction: "inbound", Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ingest("c0", "poison")
+	// The handler answers other conversations all along.
+	for i := 0; b.Count(`SELECT count(*) FROM ordo.dead_letters`) == 0; i++ {
+		if i > 600 {
+			t.Fatal("no dead letter after 30 s: the message waits for ever")
+		}
+		ingest(fmt.Sprintf("c%d", 1+i%20), fmt.Sprintf("ok-%d", i))
+		time.Sleep(50 * time.Millisecond)
+	}
+	var reason string
+	if err := b.Pool.QueryRow(ctx, `SELECT reason FROM ordo.dead_letters`).Scan(&reason); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(reason, "attempts exhausted (3)") || !strings.Contains(reason, "504") {
+		t.Fatalf("dead letter %q; want its 3 attempts and the 504", reason)
+	}
+	if n := b.Count(`SELECT count(*) FROM ordo.events WHERE type = 'tenant.handler_unreachable'`); n != 0 {
+		t.Fatalf("the handler was taken down %d times by one message's 504s", n)
+	}
+}

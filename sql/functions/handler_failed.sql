@@ -2,6 +2,8 @@
 -- step p_step) did not reach it (p_reason), and answers what that is:
 --   'message' — no evidence yet that the handler is away: the call's own
 --               failure, retried as any other (one 503 among answers);
+--               failures: how many the evidence holds now, this one
+--               included (1: none before it, or an answer since);
 --   'suspect' — p_min failures with no answer of the handler since the
 --               first, but over less than p_min_span_ms: wait is when that
 --               span will have passed;
@@ -24,7 +26,7 @@
 -- without a lock.
 CREATE OR REPLACE FUNCTION ordo.handler_failed(p_tenant bigint, p_step bigint, p_probe boolean, p_reason text,
     p_immediate boolean, p_min int, p_min_span_ms bigint, p_horizon_ms bigint, p_max_ms bigint, p_at timestamptz,
-    OUT verdict text, OUT went_down boolean, OUT wait interval)
+    OUT verdict text, OUT went_down boolean, OUT wait interval, OUT failures int)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now   timestamptz := coalesce(p_at, now());
@@ -79,5 +81,6 @@ BEGIN
     END IF;
     UPDATE ordo.tenants t SET handler_fail_steps = v_steps, handler_fail_since = v_since, handler_fail_ok = v_base
     WHERE t.id = p_tenant;
+    failures := cardinality(v_steps);
 END;
 $$;
