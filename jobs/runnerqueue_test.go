@@ -119,6 +119,12 @@ func TestKilledWorkerLeavesNothingBehind(t *testing.T) {
 	if err := b.WhatsApp.WaitForSends(wctx, 9); err != nil {
 		t.Fatalf("the worker process did not send: %v", err)
 	}
+	// Recorded, too: a send the provider saw but the killed worker had not
+	// recorded yet is ambiguous and may go out twice (contract: effects
+	// once for finished steps), which is not what this test is about.
+	b.WaitFor("the worker to record its sends", 30*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`) == 9
+	})
 	var dead []string
 	b.WaitFor("the worker's runner queue", 30*time.Second, func() bool {
 		dead = runnerQueues(b)

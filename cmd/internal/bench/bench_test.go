@@ -261,7 +261,7 @@ func TestAppendResults(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "RESULTS.md")
 	for _, scenario := range []string{"hot", "spread"} {
-		if err := appendResults(path, []string{"--scenario", scenario}, []byte("table of "+scenario+"\n")); err != nil {
+		if err := appendResults(path, "abc1234", []string{"--scenario", scenario}, []byte("table of "+scenario+"\n")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -270,8 +270,8 @@ func TestAppendResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := string(b)
-	if strings.Count(s, "\n## ") != 2 || !strings.Contains(s, `ARGS="--scenario hot"`) || !strings.Contains(s, "table of spread\n```") ||
+	if strings.Count(s, "\n## ") != 2 || strings.Count(s, ", commit abc1234\n") != 2 || !strings.Contains(s, `ARGS="--scenario hot"`) || !strings.Contains(s, "table of spread\n```") ||
 		strings.Index(s, "table of hot") > strings.Index(s, "table of spread") {
-		t.Fatalf("results file:\n%s\nwant both runs, in order, each with its flags", s)
+		t.Fatalf("results file:\n%s\nwant both runs, in order, each with its commit and flags", s)
 	}
 }
