@@ -5,6 +5,11 @@
 -- duplicate = true. It raises SQLSTATE 22023 with "field: problem" on bad
 -- input and P0002 for an unknown tenant.
 --
+-- A repeat is answered only as durably as an insert: its transaction writes
+-- a WAL record (a logical message, prefix 'ordo.repeat', seen only by
+-- logical decoding), so its commit waits for the synchronous standby, which
+-- then holds the original too (a failover cannot take the answer back).
+--
 -- A repeat is only a repeat of the same body: the message's body hash
 -- (ordo.message_body_hash of conversation, direction and payload, stored
 -- with the message and kept by the pruner) must match. A message_id reused
@@ -89,11 +94,23 @@ BEGIN
         RAISE EXCEPTION 'tenant: not found' USING ERRCODE = 'P0002';
     END IF;
 
-    -- A repeat of a committed message costs one index lookup and no lock.
+    -- A repeat of a committed message costs one index lookup and no lock,
+    -- and one WAL record: the original it answers with may be committed on
+    -- this node only (its own commit gave up waiting for the synchronous
+    -- standby when the postmaster died or its backend was cancelled, and
+    -- was visible from then on), and a read-only transaction's commit
+    -- waits for no standby: its answer would be a 2xx that a failover
+    -- takes back. A transactional logical message (no table, no lock; any
+    -- wal_level) gives this transaction an id and a WAL record, so its
+    -- commit waits for the standby like an insert's; a standby that
+    -- confirms it has every earlier commit, the original's included.
+    -- Postgres does not wait for a transaction that has an id but wrote no
+    -- WAL (pg_current_xact_id() alone would not do).
     SELECT m.id, m.seq, m.body_hash INTO v_id, v_seq, v_old
     FROM ordo.messages m WHERE m.tenant_id = v_tenant AND m.message_id = enqueue_message.message_id;
     IF FOUND THEN
         PERFORM ordo.check_reuse(v_id, v_old, v_hash, on_reuse);
+        PERFORM pg_logical_emit_message(true, 'ordo.repeat', '');
         RETURN QUERY SELECT v_id, v_seq, true;
         RETURN;
     END IF;

@@ -284,6 +284,7 @@ type run struct {
 
 	answers     answerLog         // the API's answers to the clients during a Postgres outage
 	exclusives  []exclusiveSpan   // when each exclusive fault ran (fault.go)
+	spans       []faultSpan       // every fault injected, from injection to recovery (fault.go)
 	partitions  []partitionRecord // fault_worker_*_cut.go
 	workerAddrs []string          // each worker's listener: /healthz, /readyz, /metrics
 	netMu       sync.Mutex
@@ -649,6 +650,8 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		handledAt:      r.handler.srv.handled(),
 		halted:         halted,
 		exclusives:     r.exclusives,
+		spans:          r.faultSpans(),
+		start:          r.start,
 		partitions:     r.partitionRecords(),
 		workerSends:    r.workerSends(),
 		lease:          cfg.Lease,

@@ -59,6 +59,8 @@ type chaosInput struct {
 	handledAt      map[string]time.Time   // slug:message id → the handler's first 200
 	halted         []string               // the handler tenants' conversations shown halted
 	exclusives     []exclusiveSpan        // when each exclusive fault ran
+	spans          []faultSpan            // every fault injected, from injection to recovery
+	start          time.Time              // the start of the load: times in the report are from it, as in the fault log
 	partitions     []partitionRecord      // each worker partition as it happened
 	workerSends    map[string][]time.Time // per worker: when it sent to the Cloud API, as its proxy saw it
 	lease          time.Duration          // the workers' lease
@@ -140,12 +142,17 @@ func chaosJudge(in chaosInput) *Report {
 	// original's — but for its seq in a conversation where the operator
 	// replayed a dead letter: a replayed message goes to the end, and a
 	// repeat after that is answered with its seq now.
+	// Each failing message is followed by every try of every copy (what
+	// was answered, when, in which fault's window), so that a failure says
+	// whether an acknowledged message was lost and inserted again, or an
+	// answer was another caller's.
 	var twice []string
 	for _, m := range accepted {
 		reseq := m.reseq > 0 && in.replays[chaosConvKey{m.tenant, m.conv}] == 0
 		if m.created > 1 || m.mismatch > 0 || reseq {
 			twice = append(twice, fmt.Sprintf("%.80q: %d answers, %d of them 202, %d disagreeing with the first, %d with another seq",
 				m.id, m.answers, m.created, m.mismatch, m.reseq))
+			twice = append(twice, describeTries(m, in.start, in.spans)...)
 		}
 	}
 	rep.add("accepted once", len(twice) == 0, fmt.Sprintf("%d messages with more than one acceptance or a differing answer", len(twice)), twice...)

@@ -34,7 +34,10 @@ const haRecoveryTail = 10 * time.Second
 // measureFailover measures one failover fault from the clients' 2xx
 // answers and the provider's deliveries; next is when the next failover
 // was injected (zero: none), where this one's window ends at the latest.
-func measureFailover(f haFault, next time.Time, acks []chaosAck, sends []chaosSend) haRecovery {
+// refusing are the spans in which the provider refused every send on
+// purpose (a Cloud API outage, and the numbers' probe after it): no
+// delivery can happen then, so they do not count in the sends' pause.
+func measureFailover(f haFault, next time.Time, acks []chaosAck, sends []chaosSend, refusing []exclusiveSpan) haRecovery {
 	rec := haRecovery{fault: f}
 	end := f.at.Add(haRecoverBound + haRecoveryTail)
 	if f.healthy > 0 {
@@ -73,7 +76,7 @@ func measureFailover(f haFault, next time.Time, acks []chaosAck, sends []chaosSe
 			delivered = append(delivered, s.At)
 		}
 	}
-	rec.sendPause = longestPause(f.at, end, delivered)
+	rec.sendPause = longestPause(f.at, end, delivered, refusing...)
 	return rec
 }
 
@@ -81,18 +84,31 @@ func measureFailover(f haFault, next time.Time, acks []chaosAck, sends []chaosSe
 // after from, unsorted) from from until the first event past end: the
 // first stretch counts from from; a stretch that runs past end counts in
 // full (ordo stuck); after the last event nothing counts (the load may
-// have ended).
-func longestPause(from, end time.Time, events []time.Time) time.Duration {
+// have ended). The time a stretch spends in an excused span is not
+// counted.
+func longestPause(from, end time.Time, events []time.Time, excused ...exclusiveSpan) time.Duration {
 	sorted := slices.SortedFunc(slices.Values(events), time.Time.Compare)
 	longest, prev := time.Duration(0), from
 	for _, t := range sorted {
-		longest = max(longest, t.Sub(prev))
+		longest = max(longest, t.Sub(prev)-stoppedDelivery(excused, prev, t))
 		if t.After(end) {
 			break
 		}
 		prev = t
 	}
 	return longest
+}
+
+// refusingSends returns the spans of spans in which the provider refused
+// every send (a Cloud API outage, until the numbers' next probe).
+func refusingSends(spans []exclusiveSpan) []exclusiveSpan {
+	var out []exclusiveSpan
+	for _, s := range spans {
+		if s.kind == faultCloudAPIOutage {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // judgeFailovers adds the failover check: each fault was injected as
@@ -106,7 +122,7 @@ func judgeFailovers(rep *Report, in chaosInput) {
 		if i+1 < len(failovers) {
 			next = failovers[i+1].at
 		}
-		rec := measureFailover(f, next, in.ledger.acks, in.sends)
+		rec := measureFailover(f, next, in.ledger.acks, in.sends, refusingSends(in.exclusives))
 		line := fmt.Sprintf("%s: %s; primary %s → %s; ", f.kind, f.what, f.from, f.to)
 		if f.healthy > 0 {
 			line += fmt.Sprintf("cluster healthy after %.1fs; ", f.healthy.Seconds())

@@ -25,7 +25,7 @@ func TestMeasureFailover(t *testing.T) {
 		{WAMID: "", At: at(12)}, // refused: not a delivery
 		{WAMID: "w2", At: at(16.1)},
 	}
-	rec := measureFailover(f, time.Time{}, acks, sends)
+	rec := measureFailover(f, time.Time{}, acks, sends, nil)
 	// The longest stretch without a 2xx: 10.2 → 14.0 s.
 	if want := 3800 * time.Millisecond; rec.writePause != want {
 		t.Errorf("write pause %s, want %s", rec.writePause, want)
@@ -42,7 +42,7 @@ func TestMeasureFailover(t *testing.T) {
 
 	// The next failover, at 14.05 s, ends this one's window: its pauses
 	// are its own.
-	rec = measureFailover(f, at(14.05), acks, sends)
+	rec = measureFailover(f, at(14.05), acks, sends, nil)
 	if want := 3800 * time.Millisecond; rec.writePause != want {
 		t.Errorf("write pause before the next failover %s, want %s", rec.writePause, want)
 	}
@@ -50,21 +50,37 @@ func TestMeasureFailover(t *testing.T) {
 		t.Errorf("send pause before the next failover %s, want %s", rec.sendPause, want)
 	}
 
+	// A Cloud API outage from 12 s until 75 s (its end and the numbers'
+	// probe): the provider refuses every send, so of the stretch without
+	// a delivery from 10.1 s to 76 s only 10.1–12 s and 75–76 s are the
+	// failover's (chaos-ha, seed 1795785193103794480: 60.3 s "paused" after a
+	// switchover whose cluster was healthy 7.7 s later).
+	outage := []exclusiveSpan{{kind: faultCloudAPIOutage, from: at(12), to: at(75)}}
+	late := []chaosSend{{WAMID: "w1", At: at(10.1)}, {WAMID: "w2", At: at(76)}}
+	if got, want := measureFailover(f, time.Time{}, acks, late, outage).sendPause, 2900*time.Millisecond; got != want {
+		t.Errorf("send pause across a Cloud API outage %s, want %s (the outage is not the failover's)", got, want)
+	}
+	if got, want := measureFailover(f, time.Time{}, acks, late, nil).sendPause, 65900*time.Millisecond; got != want {
+		t.Errorf("send pause without the outage excused %s, want %s", got, want)
+	}
+
 	l := newChaosLedger(nil)
 	l.acks = acks
 	for _, tc := range []struct {
-		name  string
-		fault haFault
-		sends []chaosSend
-		ok    bool
+		name    string
+		fault   haFault
+		sends   []chaosSend
+		refused []exclusiveSpan
+		ok      bool
 	}{
-		{"recovered", f, sends, true},
-		{"not healthy again", haFault{kind: f.kind, at: f.at, err: "no leader"}, sends, false},
-		{"nothing sent after it", f, sends[:0], false},
-		{"sends stuck past the bound", f, []chaosSend{{WAMID: "w3", At: f.at.Add(haRecoverBound + time.Second)}}, false},
+		{"recovered", f, sends, nil, true},
+		{"not healthy again", haFault{kind: f.kind, at: f.at, err: "no leader"}, sends, nil, false},
+		{"nothing sent after it", f, sends[:0], nil, false},
+		{"sends stuck past the bound", f, []chaosSend{{WAMID: "w3", At: f.at.Add(haRecoverBound + time.Second)}}, nil, false},
+		{"sends refused by the Cloud API past the bound", f, []chaosSend{{WAMID: "w3", At: f.at.Add(haRecoverBound + time.Second)}}, outage, true},
 	} {
 		rep := &Report{}
-		judgeFailovers(rep, chaosInput{ledger: l, sends: tc.sends, ha: true, failovers: []haFault{tc.fault}})
+		judgeFailovers(rep, chaosInput{ledger: l, sends: tc.sends, ha: true, failovers: []haFault{tc.fault}, exclusives: tc.refused})
 		if got := rep.Failed() == 0; got != tc.ok {
 			t.Errorf("%s: check passed %v, want %v (%v)", tc.name, got, tc.ok, rep.checks)
 		}

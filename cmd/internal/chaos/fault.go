@@ -225,13 +225,29 @@ func (r *run) runFaults(ctx context.Context, plan *faultPlan) {
 			}
 			time.Sleep(f.slot().pause)
 			f.Recover(ctx, r)
+			r.windowMu.Lock()
 			if excl {
-				r.windowMu.Lock()
 				r.exclusives = append(r.exclusives, exclusiveSpan{kind: f.Kind(), from: began, to: time.Now()})
-				r.windowMu.Unlock()
 			}
+			r.spans = append(r.spans, faultSpan{kind: f.Kind(), what: f.Desc(), from: began, to: time.Now()})
+			r.windowMu.Unlock()
 		}()
 	}
+}
+
+// faultSpan is one injected fault, from its injection to the end of its
+// recovery (a failover's: the cluster healthy and ordo writing again): the
+// checker names the spans a failing message's tries fell in.
+type faultSpan struct {
+	kind, what string
+	from, to   time.Time
+}
+
+// faultSpans returns the faults injected so far.
+func (r *run) faultSpans() []faultSpan {
+	r.windowMu.Lock()
+	defer r.windowMu.Unlock()
+	return append([]faultSpan(nil), r.spans...)
 }
 
 // faultLog prints timestamped lines and counts the faults injected.

@@ -33,6 +33,11 @@ type chaosMsg struct {
 	answers  int
 	mismatch int // answers that disagree with the first on id or conversation
 	reseq    int // answers with another seq than the first's
+	copies   int // copies offered so far (late ones included): numbers each copy's tries
+	// tries is every try of every copy, in the order they ended: what the
+	// checker prints for a message it fails (which answer disagreed, when,
+	// in which fault's window).
+	tries []chaosTry
 }
 
 // permanent reports whether the provider fails this message's send for good.
@@ -188,15 +193,28 @@ type chaosAnswer struct {
 	Duplicate      bool   `json:"duplicate"`
 }
 
+// answer records a 2xx answer to m.
 func (l *chaosLedger) answer(m *chaosMsg, status int, a chaosAnswer) {
+	l.answerTry(m, status, a, chaosTry{})
+}
+
+// answerTry records a 2xx answer to m, and t, the try it ended (its copy
+// and times).
+func (l *chaosLedger) answerTry(m *chaosMsg, status int, a chaosAnswer, t chaosTry) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	odd := false
+	defer func() {
+		t.status, t.answer, t.odd = status, a, odd
+		m.tries = append(m.tries, t)
+	}()
 	m.answers++
 	if status == http.StatusAccepted {
 		m.created++
 	}
 	if (status == http.StatusAccepted) == a.Duplicate || a.MessageID != m.id || a.ConversationID != m.conv {
 		m.mismatch++
+		odd = true
 	}
 	if !m.accepted {
 		m.accepted, m.seq, m.ordoID = true, a.Seq, a.ID
@@ -207,9 +225,26 @@ func (l *chaosLedger) answer(m *chaosMsg, status int, a chaosAnswer) {
 	switch {
 	case a.ID != m.ordoID:
 		m.mismatch++
+		odd = true
 	case a.Seq != m.seq:
 		m.reseq++ // an operator's replay moves a message to its conversation's end
 	}
+}
+
+// tried records a try of m that got no 2xx: a transport error, a 5xx or a
+// 429 (retried), or a refusal.
+func (l *chaosLedger) tried(m *chaosMsg, t chaosTry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m.tries = append(m.tries, t)
+}
+
+// newCopy numbers the next copy of m.
+func (l *chaosLedger) newCopy(m *chaosMsg) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m.copies++
+	return m.copies
 }
 
 // chaosWebhookAnswer is the 200 body of a webhook delivery.
@@ -221,8 +256,15 @@ type chaosWebhookAnswer struct {
 // answerWebhook records a delivery of m's webhook answered 200: it holds m
 // alone, so it must say m was accepted now or before. No seq comes back.
 func (l *chaosLedger) answerWebhook(m *chaosMsg, a chaosWebhookAnswer) {
+	l.answerWebhookTry(m, a, chaosTry{})
+}
+
+// answerWebhookTry is answerWebhook with the try it ended.
+func (l *chaosLedger) answerWebhookTry(m *chaosMsg, a chaosWebhookAnswer, t chaosTry) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	t.status, t.answer.MessageID, t.answer.Duplicate, t.odd = http.StatusOK, m.id, a.Duplicates == 1, a.Accepted+a.Duplicates != 1
+	m.tries = append(m.tries, t)
 	m.answers++
 	m.created += a.Accepted
 	if a.Accepted+a.Duplicates != 1 {
@@ -345,6 +387,7 @@ func (l *chaosLoad) offerCopy(ctx context.Context, m *chaosMsg, body []byte) (re
 	if body == nil {
 		body = m.body
 	}
+	copyN := l.ledger.newCopy(m)
 	for {
 		var (
 			status int
@@ -360,27 +403,38 @@ func (l *chaosLoad) offerCopy(ctx context.Context, m *chaosMsg, body []byte) (re
 		if err == nil && status >= 200 && status < 300 {
 			l.ledger.ack(sent)
 		}
+		t := chaosTry{copy: copyN, try: retries + 1, sent: sent, at: time.Now(), status: status}
+		switch {
+		case err != nil:
+			t.err = err.Error()
+		case status < 200 || status >= 300:
+			t.err = string(bytes.TrimSpace(answer))
+		}
 		switch {
 		case err == nil && m.webhook && status == http.StatusOK:
 			var a chaosWebhookAnswer
 			if json.Unmarshal(answer, &a) != nil {
 				l.ledger.reject(m, status, answer)
+				l.ledger.tried(m, t)
 			} else {
-				l.ledger.answerWebhook(m, a)
+				l.ledger.answerWebhookTry(m, a, t)
 			}
 			return retries, true
 		case err == nil && status >= 200 && status < 300:
 			var a chaosAnswer
 			if json.Unmarshal(answer, &a) != nil {
 				l.ledger.reject(m, status, answer)
+				l.ledger.tried(m, t)
 			} else {
-				l.ledger.answer(m, status, a)
+				l.ledger.answerTry(m, status, a, t)
 			}
 			return retries, true
 		case err == nil && status < 500 && status != http.StatusTooManyRequests:
 			l.ledger.reject(m, status, answer)
+			l.ledger.tried(m, t)
 			return retries, true
 		}
+		l.ledger.tried(m, t)
 		retries++
 		select {
 		case <-ctx.Done():

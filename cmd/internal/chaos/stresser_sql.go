@@ -116,8 +116,15 @@ func (s *sqlBatches) session(loadCtx, answerCtx context.Context, pool *pgxpool.P
 // transact runs one transaction to a known end: committed (its answers go
 // to the ledger), or rolled back.
 func (s *sqlBatches) transact(ctx context.Context, pool *pgxpool.Pool, batch []*chaosMsg, rollback bool) {
+	var failed []chaosTry // the tries whose outcome was in doubt, for the ledger
 	for attempt := 0; ; attempt++ {
+		sent := time.Now()
 		answers, err := s.try(ctx, pool, batch, rollback)
+		t := chaosTry{copy: 1, try: attempt + 1, sent: sent, at: time.Now(), sql: true}
+		if err != nil && !rollback {
+			t.err = err.Error()
+			failed = append(failed, t)
+		}
 		if err == nil || rollback {
 			// A transaction meant to roll back is rolled back whatever
 			// happened to it.
@@ -133,11 +140,14 @@ func (s *sqlBatches) transact(ctx context.Context, pool *pgxpool.Pool, batch []*
 			if !rollback {
 				for i, m := range batch {
 					s.ledger.offer(m)
+					for _, f := range failed {
+						s.ledger.tried(m, f)
+					}
 					status := 202
 					if answers[i].Duplicate {
 						status = 200
 					}
-					s.ledger.answer(m, status, answers[i])
+					s.ledger.answerTry(m, status, answers[i], t)
 				}
 			}
 			return
