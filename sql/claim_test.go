@@ -3,6 +3,7 @@ package sql_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/ordo-dev/ordo/sql/sqltest"
 )
@@ -58,5 +59,90 @@ func TestBatchClaimDoesNotReadEveryStep(t *testing.T) {
 	}
 	if read > 100 {
 		t.Errorf("a batch claim of 8 read %d index entries of steps, with 20,000 old steps in the database; want only its candidates' (none)", read)
+	}
+}
+
+// A claim of one conversation alone takes one conversation's row, never a
+// second while it holds the first. It took the first due candidate's row
+// FOR UPDATE, found it no longer due (another drain had parked it while the
+// claim waited), and went on to the next candidate — still holding the
+// first row, which a transaction cannot give back — and waited for that
+// one's row: an application's import holding the second and then asking for
+// the first deadlocked with it (make chaos-ha, "deadlock detected" in
+// ordo.claim). Forced here: the park holds the first row while the claim
+// reads the walk, the import holds the second.
+func TestClaimAloneNeverHoldsOneRowWhileWaitingForAnother(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := sqltest.URL(t)
+	admin := connectAs(t, url, "admin")
+	for _, q := range []string{
+		`INSERT INTO ordo.tenants (slug) VALUES ('acme')`,
+		`SELECT ordo.enqueue_message('acme', 'a', 'a1', 'inbound', '{}')`,
+		`SELECT ordo.enqueue_message('acme', 'b', 'b1', 'inbound', '{}')`,
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	// Another drain parks a for an hour, holding its row meanwhile.
+	park := connectAs(t, url, "park")
+	parkTx, err := park.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = parkTx.Rollback(ctx) }()
+	if _, err := parkTx.Exec(ctx, `SELECT 1 FROM ordo.conversations WHERE conversation_id = 'a' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parkTx.Exec(ctx, `UPDATE ordo.ready SET due_at = now() + interval '1 hour'
+		WHERE conversation_pk = (SELECT id FROM ordo.conversations WHERE conversation_id = 'a')`); err != nil {
+		t.Fatal(err)
+	}
+	// The claim walks a (due, as far as it can see) and waits for its row.
+	claim := connectAs(t, url, "claim")
+	claimTx, err := claim.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = claimTx.Rollback(ctx) }()
+	claimed := make(chan error, 1)
+	go func() {
+		var n int
+		claimed <- claimTx.QueryRow(ctx, `SELECT count(*) FROM ordo.claim((SELECT id FROM ordo.tenants WHERE slug = 'acme'), 0, 0, true, 30000, NULL, NULL, NULL)`).Scan(&n)
+	}()
+	waitFor(t, admin, "claim", "transactionid")
+	// An import holds b's row.
+	imp := connectAs(t, url, "import")
+	impTx, err := imp.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = impTx.Rollback(ctx) }()
+	if _, err := impTx.Exec(ctx, `SELECT ordo.enqueue_message('acme', 'b', 'b2', 'inbound', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	// The park ends: a is not due any more.
+	if err := parkTx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Either the claim ends (right) or it waits for b's row, holding a's.
+	select {
+	case err := <-claimed:
+		if err != nil {
+			t.Fatalf("claim: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the claim waits for b's row while it holds a's: an import that takes a next deadlocks with it")
+	}
+	if err := claimTx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The import goes on with a, and commits.
+	if _, err := impTx.Exec(ctx, `SELECT ordo.enqueue_message('acme', 'a', 'a2', 'inbound', '{}')`); err != nil {
+		t.Fatalf("the import's next conversation: %v", err)
+	}
+	if err := impTx.Commit(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

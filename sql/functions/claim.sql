@@ -26,7 +26,9 @@
 --     p_cap concurrency slots first (advisory locks (-1 - slot, tenant),
 --     tried; none free: nothing), then its row FOR UPDATE (the takeover)
 --     if its ready row, read again under that row, is still due (the
---     walk's read may be stale by then), and its next message is read,
+--     walk's read may be stale by then; if not, the next candidate's row
+--     is only tried, SKIP LOCKED: a claim never waits for a second row
+--     with a first held), and its next message is read,
 --     and its first step started when it may start now
 --     (ordo.next_step): one row per step of that message (one
 --     with NULL step_* when it has none, NULL message_* when there is no
@@ -73,6 +75,7 @@ DECLARE
     v_convs bigint[] := '{}';
     v_ok    bigint[];
     v_more  boolean := false;
+    v_held  boolean := false; -- alone: a candidate's row taken (FOR UPDATE) already
     v_slot  int;
     v_start int;
     v_conv  bigint;
@@ -155,7 +158,19 @@ BEGIN
                 -- The takeover, under FOR UPDATE: it waits for a write of
                 -- the drain before (its fence check holds the row), and a
                 -- stale drain's later writes fail on the bumped fence.
-                PERFORM 1 FROM ordo.conversations c WHERE c.id = v_cand.id FOR UPDATE;
+                IF v_held THEN
+                    -- A row taken already (below): never wait for a second
+                    -- with it held — an import holding this one and then
+                    -- asking for that one would deadlock with us.
+                    PERFORM 1 FROM ordo.conversations c WHERE c.id = v_cand.id FOR UPDATE SKIP LOCKED;
+                    IF NOT FOUND THEN
+                        PERFORM ordo.drain_unlock(v_cand.id, NULL);
+                        CONTINUE;
+                    END IF;
+                ELSE
+                    PERFORM 1 FROM ordo.conversations c WHERE c.id = v_cand.id FOR UPDATE;
+                    v_held := true;
+                END IF;
                 -- Still due? The walk's rows were read when it began; since
                 -- then (this claim waited for an earlier row, or for the
                 -- CPU) another drain may have taken this one, run it and

@@ -197,8 +197,10 @@ func untilStarted(started *atomic.Bool, next http.Handler) http.Handler {
 // pool closes it, unless DATABASE_URL says (pool_max_conn_idle_time). A
 // burst — REST clients retrying together once Postgres is back from an
 // outage — opens the pool to its maximum; pgx's own default (30 minutes)
-// then kept 75 idle backends that long.
-const PoolIdleDefault = time.Minute
+// then kept 75 idle backends that long. Not much shorter: a pool that
+// shrinks and grows again with every lull pays a backend's start (tens of
+// milliseconds on a loaded machine) inside a request.
+const PoolIdleDefault = 5 * time.Minute
 
 // poolConfig reads DATABASE_URL into the pool's configuration, with ordo's
 // sizes where the URL does not set them: room for every worker's drain
