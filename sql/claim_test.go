@@ -86,12 +86,7 @@ func TestClaimAloneNeverHoldsOneRowWhileWaitingForAnother(t *testing.T) {
 		}
 	}
 	// Another drain parks a for an hour, holding its row meanwhile.
-	park := connectAs(t, url, "park")
-	parkTx, err := park.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = parkTx.Rollback(ctx) }()
+	parkTx := beginAs(t, url, "park")
 	if _, err := parkTx.Exec(ctx, `SELECT 1 FROM ordo.conversations WHERE conversation_id = 'a' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
@@ -100,12 +95,7 @@ func TestClaimAloneNeverHoldsOneRowWhileWaitingForAnother(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The claim walks a (due, as far as it can see) and waits for its row.
-	claim := connectAs(t, url, "claim")
-	claimTx, err := claim.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = claimTx.Rollback(ctx) }()
+	claimTx := beginAs(t, url, "claim")
 	claimed := make(chan error, 1)
 	go func() {
 		var n int
@@ -113,12 +103,7 @@ func TestClaimAloneNeverHoldsOneRowWhileWaitingForAnother(t *testing.T) {
 	}()
 	waitFor(t, admin, "claim", "transactionid")
 	// An import holds b's row.
-	imp := connectAs(t, url, "import")
-	impTx, err := imp.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = impTx.Rollback(ctx) }()
+	impTx := beginAs(t, url, "import")
 	if _, err := impTx.Exec(ctx, `SELECT ordo.enqueue_message('acme', 'b', 'b2', 'inbound', '{}')`); err != nil {
 		t.Fatal(err)
 	}

@@ -145,6 +145,18 @@ func connectAs(t *testing.T, url, name string) *pgx.Conn {
 	return conn
 }
 
+// beginAs opens a transaction on a connection of its own named name (as
+// connectAs), rolled back at the test's end unless committed.
+func beginAs(t *testing.T, url, name string) pgx.Tx {
+	t.Helper()
+	tx, err := connectAs(t, url, name).Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
+}
+
 // waitFor waits until session name waits on a lock of kind event
 // (pg_stat_activity.wait_event).
 func waitFor(t *testing.T, admin *pgx.Conn, name, event string) {
