@@ -130,3 +130,22 @@ func (e evidence) failed(rule evidenceRule, step int64, now time.Time, ok int64)
 	}
 	return e, verdictSuspect, rule.span - span
 }
+
+// keeps says whether a step whose call failed with verdict v (not down),
+// on its last attempt, keeps that attempt until the evidence decides
+// instead of being settled — dead-lettered — now: a dependency away must
+// never dead-letter what waits for it. A suspicion always keeps it. So do
+// failures with no answer between (failures: how many the evidence holds,
+// this one included) under a rule that counts a message's own retries: one
+// conversation behind a proxy with nothing behind it. A failure after an
+// answer, or under a rule of different steps (a poison message), is the
+// message's own.
+func (rule evidenceRule) keeps(v verdict, failures int) bool {
+	switch v {
+	case verdictSuspect:
+		return true
+	case verdictMessage:
+		return !rule.distinct && failures >= 2
+	}
+	return false
+}

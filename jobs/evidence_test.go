@@ -104,3 +104,27 @@ func TestEvidence(t *testing.T) {
 		}
 	}
 }
+
+// Which failures on a step's last attempt keep it until the evidence
+// decides (the rest dead-letter as any failure).
+func TestEvidenceKeepsTheLastAttempt(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name     string
+		rule     evidenceRule
+		v        verdict
+		failures int
+		want     bool
+	}{
+		{"a suspicion, handler", handlerRule, verdictSuspect, 3, true},
+		{"a suspicion, number", numberRule, verdictSuspect, 0, true},
+		{"the handler's first failure", handlerRule, verdictMessage, 1, false},
+		{"the handler's failures with no answer between", handlerRule, verdictMessage, 2, true},
+		{"the number's failure of one message (a poison message)", numberRule, verdictMessage, 2, false},
+		{"down is not kept but waited for", handlerRule, verdictDown, 3, false},
+	} {
+		if got := c.rule.keeps(c.v, c.failures); got != c.want {
+			t.Errorf("%s: keeps %v, want %v", c.name, got, c.want)
+		}
+	}
+}

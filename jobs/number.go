@@ -121,10 +121,10 @@ func (r *run) numberFailed(ctx context.Context, st *step, f *failure, entry []by
 		r.tenant.NumberDownSince = &now
 	}
 	r.probingNumber = false
-	if v == verdictMessage || f.reach == whatsapp.NoAnswer || v == verdictSuspect && st.attempts < r.tenant.MaxAttempts {
-		// A timeout may have gone out: settled as it always was. A suspect
-		// failure counts while the step has attempts left; the last one is
-		// kept until the evidence decides.
+	if f.reach == whatsapp.NoAnswer || v != verdictDown && (st.attempts < r.tenant.MaxAttempts || !numberRule.keeps(v, 0)) {
+		// A timeout may have gone out: settled as it always was. A failure
+		// short of down counts while the step has attempts left; the last
+		// one is kept as numberRule says.
 		return outcome{}, false, nil
 	}
 	delay := NumberProbeMax

@@ -116,10 +116,9 @@ func (r *run) handlerFailed(ctx context.Context, st *step, f *failure, entry []b
 	}
 	switch v := parseVerdict(verdict); v {
 	case verdictMessage, verdictSuspect:
-		if st.attempts < r.tenant.MaxAttempts || v == verdictMessage && failures < 2 {
-			// Attempts left; or its last, and the handler answered since
-			// the failure before (or there was none): this message's own
-			// problem, dead-lettered as any other.
+		if st.attempts < r.tenant.MaxAttempts || !handlerRule.keeps(v, failures) {
+			// Settled as any other failure, no sooner than the evidence
+			// can decide.
 			if v == verdictSuspect {
 				f.retryAfter = max(r.d.backoff(st.attempts, f.retryAfter), delay)
 			}
@@ -128,10 +127,6 @@ func (r *run) handlerFailed(ctx context.Context, st *step, f *failure, entry []b
 		if v == verdictMessage {
 			delay = r.d.backoff(st.attempts, f.retryAfter)
 		}
-		// Its last attempt, with failures and no answer between: kept
-		// until the evidence decides, so that a handler away never
-		// dead-letters (the same message's retries count: they take it
-		// down soon).
 		out, err = r.holdBack(ctx, st, unstartStep, entry, delay)
 		return out, true, err
 	}

@@ -10,8 +10,7 @@
 --   'down'    — the handler is unreachable; went_down: this call decided
 --               it (the caller logs it once); wait is the time until the
 --               next probe. A failed probe (p_probe) doubles the time
---               between probes (1 s, 2 s, 4 s … at most p_max_ms, ±20 %
---               jitter so that processes do not probe in step); the failure
+--               between probes (ordo.probe_backoff); the failure
 --               of a drain that did not know the handler was down leaves it.
 -- p_immediate: the handler said plainly it is not there (a refused
 -- connection, a DNS failure, n8n's 404 or 410): down at once. Otherwise
@@ -53,8 +52,7 @@ BEGIN
         UPDATE ordo.tenants t SET
             handler_down_reason = p_reason,
             handler_down_probes = t.handler_down_probes + 1,
-            handler_probe_at    = v_now + make_interval(secs => least(
-                power(2, least(t.handler_down_probes, 20)) * 1000, p_max_ms) * (0.8 + random() * 0.4) / 1000)
+            handler_probe_at    = v_now + ordo.probe_backoff(t.handler_down_probes + 1, p_max_ms)
         WHERE t.id = p_tenant
         RETURNING t.handler_probe_at - v_now INTO wait;
         verdict := 'down';
@@ -72,7 +70,7 @@ BEGIN
             handler_down_since  = v_now,
             handler_down_reason = p_reason,
             handler_down_probes = 1,
-            handler_probe_at    = v_now + make_interval(secs => least(1000, p_max_ms) * (0.8 + random() * 0.4) / 1000),
+            handler_probe_at    = v_now + ordo.probe_backoff(1, p_max_ms),
             handler_fail_steps  = NULL, handler_fail_since = NULL, handler_fail_ok = NULL
         WHERE t.id = p_tenant
         RETURNING t.handler_probe_at - v_now INTO wait;

@@ -11,8 +11,7 @@
 --   'down'    — the number is unreachable; went_down: this call decided it
 --               (the caller logs it once); wait is the time until the next
 --               probe send. A failed probe (p_probe) doubles the time
---               between probes (1 s, 2 s, 4 s … at most p_max_ms, ±20 %
---               jitter so that processes do not probe in step); the failure
+--               between probes (ordo.probe_backoff); the failure
 --               of a drain that did not know the number was down leaves it.
 -- The evidence (number_fail_steps, _since, _sent) is the rule of
 -- jobs/evidence.go (ordo.dependency_evidence) kept on the tenant row, so that
@@ -54,8 +53,7 @@ BEGIN
         UPDATE ordo.tenants t SET
             number_down_reason = p_reason,
             number_down_probes = t.number_down_probes + 1,
-            number_probe_at    = v_now + make_interval(secs => least(
-                power(2, least(t.number_down_probes, 20)) * 1000, p_max_ms) * (0.8 + random() * 0.4) / 1000)
+            number_probe_at    = v_now + ordo.probe_backoff(t.number_down_probes + 1, p_max_ms)
         WHERE t.id = p_tenant
         RETURNING t.number_probe_at - v_now INTO wait;
         verdict := 'down';
@@ -69,7 +67,7 @@ BEGIN
             number_down_since  = v_now,
             number_down_reason = p_reason,
             number_down_probes = 1,
-            number_probe_at    = v_now + make_interval(secs => least(1000, p_max_ms) * (0.8 + random() * 0.4) / 1000),
+            number_probe_at    = v_now + ordo.probe_backoff(1, p_max_ms),
             number_fail_steps  = NULL, number_fail_since = NULL, number_fail_sent = NULL
         WHERE t.id = p_tenant
         RETURNING t.number_probe_at - v_now INTO wait;
