@@ -134,7 +134,9 @@ FROM ordo.claim($1, $2, $3, $4, $5, $6, $7, $8)`
 SELECT t.slug, t.name, COALESCE(t.handler_url, ''), t.on_dead_letter, t.ambiguous, t.max_attempts,
        t.send_rate, t.pair_gap_ms, t.sending_paused_at, COALESCE(t.sending_paused_reason, ''), t.created_at,
        t.handler_mode, t.handler_timeout_ms, t.reply_deadline_ms, COALESCE(t.events_url, ''), t.weight, t.max_concurrency,
-       t.handler_down_since, t.handler_outage_limit_ms, t.number_down_since
+       (SELECT d.down_since FROM ordo.dependencies d WHERE d.tenant_id = t.id AND d.what = 'handler'),
+       t.handler_outage_limit_ms,
+       (SELECT d.down_since FROM ordo.dependencies d WHERE d.tenant_id = t.id AND d.what = 'number')
 FROM ordo.tenants t WHERE t.id = $1`
 )
 

@@ -11,11 +11,12 @@ import (
 )
 
 // lockLevels is sql/LOCKING.md's order: a path takes each level's rows
-// before the next level's. Tables not listed (events, leases, sandbox
+// before the next level's (a tenant's dependency rows come right after the
+// tenant row: level 1.5, "1b" there). Tables not listed (events, leases, sandbox
 // sends, keys, credentials) are outside the order: LOCKING.md says why each
 // touches nothing else.
-var lockLevels = map[string]int{
-	"tenants": 1, "conversations": 2, "send_pacing": 3, "steps": 4,
+var lockLevels = map[string]float64{
+	"tenants": 1, "dependencies": 1.5, "conversations": 2, "send_pacing": 3, "steps": 4,
 	"messages": 5, "dead_letters": 6, "ready": 7, "river_job": 8, "audit_log": 9,
 }
 
@@ -118,7 +119,7 @@ func lockOrderViolations(funcs map[string]string) []string {
 		if _, ok := lockOrderExceptions[name]; ok {
 			continue
 		}
-		held, top, topTable := map[string]bool{}, 0, ""
+		held, top, topTable := map[string]bool{}, 0.0, ""
 		for _, t := range expand(name, map[string]bool{}) {
 			level, ordered := lockLevels[t]
 			if !ordered || held[t] {
@@ -126,7 +127,7 @@ func lockOrderViolations(funcs map[string]string) []string {
 			}
 			held[t] = true
 			if level < top {
-				out = append(out, fmt.Sprintf("ordo.%s locks %s (level %d) after %s (level %d)", name, t, level, topTable, top))
+				out = append(out, fmt.Sprintf("ordo.%s locks %s (level %g) after %s (level %g)", name, t, level, topTable, top))
 			}
 			if level > top {
 				top, topTable = level, t

@@ -139,12 +139,17 @@ const (
 	HandlerOutageLimitDefault = 24 * time.Hour
 )
 
-// tenantColumns is what every read of a tenant selects, in scanTenant's order.
+// tenantColumns is what every read of a tenant selects, in scanTenant's
+// order; its handler's and number's state come from their rows of
+// ordo.dependencies (none: reachable).
 const tenantColumns = `id, slug, name, COALESCE(handler_url, ''), on_dead_letter, ambiguous, max_attempts, send_rate, pair_gap_ms,
        sending_paused_at, COALESCE(sending_paused_reason, ''), created_at, extract(epoch FROM retention)::bigint,
        weight, max_concurrency, handler_mode, handler_timeout_ms, reply_deadline_ms, COALESCE(events_url, ''),
-       handler_down_since, COALESCE(handler_down_reason, ''), handler_outage_limit_ms, mark_read, retry_timeouts,
-       number_down_since, COALESCE(number_down_reason, '')`
+       (SELECT d.down_since FROM ordo.dependencies d WHERE d.tenant_id = tenants.id AND d.what = 'handler'),
+       COALESCE((SELECT d.down_reason FROM ordo.dependencies d WHERE d.tenant_id = tenants.id AND d.what = 'handler'), ''),
+       handler_outage_limit_ms, mark_read, retry_timeouts,
+       (SELECT d.down_since FROM ordo.dependencies d WHERE d.tenant_id = tenants.id AND d.what = 'number'),
+       COALESCE((SELECT d.down_reason FROM ordo.dependencies d WHERE d.tenant_id = tenants.id AND d.what = 'number'), '')`
 
 // Querier is what a write runs on: the pool, or a caller's transaction
 // (sql.Querier).
