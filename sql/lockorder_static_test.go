@@ -164,13 +164,18 @@ func TestFunctionsTakeLocksInTheWrittenOrder(t *testing.T) {
 		t.Error(v)
 	}
 	// The check can fail: a function that writes a step before its
-	// conversation, or calls one that does after a later level.
+	// conversation, or calls one that does after a later level, or takes a
+	// dependency's row after a conversation's.
 	bad := map[string]string{
 		"step_then_conv":   `UPDATE ordo.steps SET status = 'x'; PERFORM 1 FROM ordo.conversations c WHERE c.id = 1 FOR NO KEY UPDATE;`,
 		"ready_then_fence": `UPDATE ordo.ready SET due_at = now(); PERFORM ordo.check_fence(1, 2);`,
 		"check_fence":      funcs["check_fence"],
+		// A dependency's row after a conversation's: back up the order.
+		"conv_then_dependency": `PERFORM ordo.check_fence(1, 2); PERFORM ordo.dependency_back(1, 'handler');`,
+		"dependency_back":      funcs["dependency_back"],
+		"wake_waiting":         funcs["wake_waiting"],
 	}
-	if got := lockOrderViolations(bad); len(got) != 2 {
-		t.Fatalf("the check found %d violations in two bad functions: %v", len(got), got)
+	if got := lockOrderViolations(bad); len(got) != 3 {
+		t.Fatalf("the check found %d violations in three bad functions: %v", len(got), got)
 	}
 }

@@ -83,7 +83,9 @@ type Tenant struct {
 	// HandlerDownSince is set while the tenant's handler is unreachable
 	// (refused connections, DNS failures, 404/410, 502/503/504): its
 	// conversations that need the handler wait, one probe at a time looks
-	// for it, and they go on in order when it answers.
+	// for it, and they go on in order when it answers. Read from the
+	// tenant's row of ordo.dependencies (as NumberDownSince), not a column
+	// of the tenant: set only by the drains.
 	HandlerDownSince *time.Time `json:"handler_down_since,omitempty"`
 	// HandlerDownReason is the last probe's failure while the handler is
 	// unreachable.
