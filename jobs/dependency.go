@@ -88,25 +88,38 @@ func (r *run) outage(d *dependency) bool {
 	return down != nil && time.Since(*down) < time.Duration(r.tenant.HandlerOutageLimitMS)*time.Millisecond
 }
 
-// probe asks, while the tenant's d is unreachable, whether this drain may
-// call it now (ordo.dependency_probe), holding the probe for hold (its
-// call's timeout and some, so that a prober that dies frees it): ok when
-// it got the probe (or d is back meanwhile). Otherwise look is when to
-// look again: the prober wakes everyone when d answers
-// (ordo.dependency_back); until then the others look again when the probe
-// is free again, in case its prober died (make chaos-ha kills workers
-// every few seconds).
-func (r *run) probe(ctx context.Context, d *dependency, hold time.Duration) (ok bool, look time.Duration, err error) {
+// pastLimit says whether the tenant's d has been unreachable for longer
+// than the tenant's outage limit: its failures count as attempts again, as
+// any other failure's.
+func (r *run) pastLimit(d *dependency) bool {
+	return *d.down(&r.tenant) != nil && !r.outage(d)
+}
+
+// probeOrWait asks, while the tenant's d is unreachable, whether this
+// drain may call it now (ordo.dependency_probe), holding the probe for its
+// call's timeout and some, so that a prober that dies frees it: ok when it
+// got the probe (or d is back meanwhile). Otherwise the conversation waits
+// for d, holding nothing, and st gets back its attempt if one is recorded
+// (recorded: a send's, recorded before its probe). The prober wakes
+// everyone when d answers (ordo.dependency_back); until then the others
+// look again when the probe is free again, in case its prober died (make
+// chaos-ha kills workers every few seconds).
+func (r *run) probeOrWait(ctx context.Context, d *dependency, st *step, timeout time.Duration, recorded bool) (out outcome, ok bool, err error) {
 	var wait *time.Duration
+	hold := timeout + timeout/10 + time.Second
 	r.s.touch()
 	if err := r.s.conn.QueryRow(ctx, dependencyProbeQuery, r.tenant.ID, d.what, hold.Milliseconds()).Scan(&ok, &wait); err != nil {
-		return false, 0, r.s.fail(fmt.Errorf("probe %s: %w", d.what, err))
+		return outcome{}, false, r.s.fail(fmt.Errorf("probe %s: %w", d.what, err))
 	}
 	if ok {
 		r.probing[d.idx] = true
-		return true, 0, nil
+		return outcome{}, true, nil
 	}
-	return false, probeLook(wait, d.probeMax), nil
+	if recorded {
+		st.started = true
+	}
+	out, err = r.waitForDependency(ctx, d, st, []byte("[]"), probeLook(wait, d.probeMax))
+	return out, false, err
 }
 
 // probeLook is when a conversation told "not your probe" looks again: when

@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"time"
 
 	"github.com/ordo-dev/ordo/jobs/whatsapp"
 )
@@ -45,14 +44,7 @@ func (r *run) probeNumber(ctx context.Context, st *step) (out outcome, ok bool, 
 	if r.probing[numberDep.idx] {
 		return outcome{}, true, nil // its probe went without an answer about the number: still this run's
 	}
-	hold := r.d.cfg.SendTimeout + r.d.cfg.SendTimeout/10 + time.Second
-	ok, look, err := r.probe(ctx, numberDep, hold)
-	if err != nil || ok {
-		return outcome{}, ok, err
-	}
-	st.started = true // its attempt is given back
-	out, err = r.waitForDependency(ctx, numberDep, st, []byte("[]"), look)
-	return out, false, err
+	return r.probeOrWait(ctx, numberDep, st, r.d.cfg.SendTimeout, true)
 }
 
 // numberFailed records an outage-class failure of send st and says

@@ -23,13 +23,7 @@ const HandlerProbeMax = 30 * time.Second
 // is back meanwhile) and may call; otherwise the conversation waits for
 // the handler, holding nothing.
 func (r *run) probeHandler(ctx context.Context, st *step) (out outcome, ok bool, err error) {
-	hold := r.handlerTimeout() + r.handlerTimeout()/10 + time.Second
-	ok, look, err := r.probe(ctx, handlerDep, hold)
-	if err != nil || ok {
-		return outcome{}, ok, err
-	}
-	out, err = r.waitForDependency(ctx, handlerDep, st, []byte("[]"), look)
-	return out, false, err
+	return r.probeOrWait(ctx, handlerDep, st, r.handlerTimeout(), false)
 }
 
 // handlerFailed records that the handler did not answer the call of st

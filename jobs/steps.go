@@ -589,14 +589,14 @@ const deadLetterQuery = `SELECT ordo.dead_letter($1, $2, $3, $4, $5, $6, $7, $8:
 // sending, or — permanent, or out of attempts — dead-letter the message.
 func (r *run) failed(ctx context.Context, m message, st *step, f *failure) (outcome, error) {
 	entry := errorEntry(st.attempts, f.msg, f.class)
-	if st.kind == "send" && f.reach != whatsapp.Reached && (r.tenant.NumberDownSince == nil || r.outage(numberDep)) {
+	if st.kind == "send" && f.reach != whatsapp.Reached && !r.pastLimit(numberDep) {
 		// Evidence that the number is away (number.go); past the outage
 		// limit its failures count as attempts again.
 		if out, handled, err := r.numberFailed(ctx, st, f, entry); err != nil || handled {
 			return out, err
 		}
 	}
-	if f.action == actUnreachable && (r.outage(handlerDep) || r.tenant.HandlerDownSince == nil) {
+	if f.action == actUnreachable && !r.pastLimit(handlerDep) {
 		// The handler's reachability (reachability.go); past the outage
 		// limit, or without the evidence, a failure counts as an attempt.
 		if out, handled, err := r.handlerFailed(ctx, st, f, entry); err != nil || handled {
