@@ -17,7 +17,9 @@ import (
 // the tenant, not a failed attempt of each message (contract: handler
 // callback, Failures; "the same for the Cloud API"). One state machine
 // serves both, the dependency an argument: its state is a row of
-// ordo.dependencies (tenant, what), and each transition is one SQL
+// ordo.dependencies (tenant, what) — there from the tenant's first failure
+// of it on, and kept, so that every later transition updates a row that
+// is there (migration 000051 says why) — and each transition is one SQL
 // function, each in a transaction of its own on that row:
 //
 //	reachable   --outage-class failures, on evidence (evidence.go)
