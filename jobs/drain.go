@@ -183,7 +183,8 @@ func (d *Drainer) drain(ctx context.Context, s *session, st convState, runner st
 // steps, if any, in one round trip.
 const nextQuery = `
 SELECT m.id, m.message_id, m.seq, m.direction, m.payload,
-       s.id, s.idx, s.kind, s.status, s.request, s.attempts, clock_timestamp() - s.started_at, s.provider_status, s.provider_message_id, false
+       s.id, s.idx, s.kind, s.status, s.request, s.attempts, clock_timestamp() - s.started_at, s.provider_status, s.provider_message_id, false,
+       NULL::text, NULL::interval
 FROM (SELECT id, message_id, seq, direction, payload FROM ordo.messages
       WHERE conversation_pk = $1 AND seq > $2 ORDER BY seq LIMIT 1) m
 LEFT JOIN ordo.steps s ON s.message_pk = m.id
@@ -213,9 +214,11 @@ func (r *run) next(ctx context.Context, head int64) (message, []step, error) {
 func scanNext(rows pgx.Rows) (message, []step, error) {
 	defer rows.Close()
 	var (
-		m     message
-		steps []step
-		found bool
+		m        message
+		steps    []step
+		found    bool
+		told     *string
+		toldWait *time.Duration
 	)
 	for rows.Next() {
 		var (
@@ -227,7 +230,7 @@ func scanNext(rows pgx.Rows) (message, []step, error) {
 			att  *int
 		)
 		if err := rows.Scan(&m.pk, &m.id, &m.seq, &m.direction, &m.payload,
-			&id, &idx, &kind, &stat, &st.request, &att, &st.sinceStart, &st.providerStatus, &st.providerID, &st.started); err != nil {
+			&id, &idx, &kind, &stat, &st.request, &att, &st.sinceStart, &st.providerStatus, &st.providerID, &st.started, &told, &toldWait); err != nil {
 			return message{}, nil, fmt.Errorf("read next message: %w", err)
 		}
 		found = true
@@ -242,7 +245,9 @@ func scanNext(rows pgx.Rows) (message, []step, error) {
 	if !found {
 		return message{}, nil, pgx.ErrNoRows
 	}
-	return m, firstSteps(m, steps), nil
+	steps = firstSteps(m, steps)
+	toldFirst(steps, told, toldWait)
+	return m, steps, nil
 }
 
 // stop ends a drain on err; a fenced write means another drain owns the

@@ -17,6 +17,7 @@ import (
 	"github.com/ordo-dev/ordo/jobs"
 	"github.com/ordo-dev/ordo/jobs/jobstest"
 	"github.com/ordo-dev/ordo/jobs/whatsapp/whatsapptest"
+	"github.com/ordo-dev/ordo/tenants"
 )
 
 // secondRunner starts another worker process's runner on b's database: its
@@ -311,5 +312,52 @@ func TestPairRateStormDoesNotSlowOthers(t *testing.T) {
 	}
 	if n := b.Count(`SELECT count(*) FROM ordo.send_pacing WHERE throttled_until IS NOT NULL`); n != 0 {
 		t.Fatal("a pair-rate error throttled the whole number")
+	}
+}
+
+// A paced send whose start was tried with the claim (or with the previous
+// message's last write) and told to wait for its slot is not asked about
+// again: the drain parks for the wait it was told. It asked ordo.start_step
+// the same question once more first, a transaction each time a paced send
+// waits for its slot (`make bench` noisy, paced: 10 transactions a message).
+func TestAPacedSendToldToWaitIsNotAskedAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true})
+	if _, err := b.Tenants.Update(ctx, "acme", tenants.UpdateParams{SendRate: ptr(1)}); err != nil {
+		t.Fatal(err)
+	}
+	// Count function calls (superuser in make test's cluster), from the
+	// runner's connections on.
+	if _, err := b.Pool.Exec(ctx, "DO $x$ BEGIN EXECUTE format('ALTER DATABASE %I SET track_functions = ''pl''', current_database()); END $x$"); err != nil {
+		t.Fatal(err)
+	}
+	b.Pool.Reset()
+	b.Start()
+	starts := func() int {
+		return b.Count(`SELECT coalesce(sum(calls), 0)::int FROM pg_stat_user_functions WHERE schemaname = 'ordo' AND funcname = 'start_step'`)
+	}
+	before := starts()
+	// Two conversations at once at one send a second: one goes, the other
+	// is told to wait about a second for its slot.
+	b.Ingest("p1", "p1-1", "p1 one")
+	b.Ingest("p2", "p2-1", "p2 one")
+	b.WaitFor("both sent", 20*time.Second, func() bool { return len(b.WhatsApp.Sends()) == 2 })
+	b.WaitFor("both done", 10*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`) == 2
+	})
+	// A backend reports its function counts when it is idle for a while,
+	// or when it ends: the runner's connections end here.
+	if err := b.Runner.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.Pool.Reset()
+	b.WaitFor("the counts reported", 10*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`) == 0
+	})
+	// p1: started with its claim; p2: told to wait with its claim, started
+	// with its claim after the wait.
+	if asked := starts() - before; asked > 3 {
+		t.Fatalf("ordo.start_step called %d times for 2 sends, one of them told once to wait; want 3", asked)
 	}
 }

@@ -127,7 +127,8 @@ const unlockQuery = `SELECT ordo.drain_unlock($1, $2)`
 const claimQuery = `
 SELECT conv, fence, conversation_id, head_seq, last_seq, slot, more, batched, credential_at,
        message_pk, message_id, seq, direction, payload,
-       step_id, step_idx, step_kind, step_status, step_request, step_attempts, since_start, provider_status, provider_message_id, started
+       step_id, step_idx, step_kind, step_status, step_request, step_attempts, since_start, provider_status, provider_message_id, started,
+       told, told_wait
 FROM ordo.claim($1, $2, $3, $4, $5, $6, $7, $8)`
 
 // slotHold is a tenant concurrency slot a runner holds (ordo.claim).
@@ -161,6 +162,8 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 		m           message
 		steps       []step
 		haveMessage bool
+		told        *string
+		toldWait    *time.Duration
 	)
 	b := &pgx.Batch{}
 	b.Queue(claimQuery, t.Tenant, t.Cap, most, alone, lease, phone, relTenant, relSlot).Query(func(rows pgx.Rows) error {
@@ -183,11 +186,13 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 					since                   *time.Duration
 					provStatus, provID      *string
 					started                 *bool
+					told                    *string
+					toldWait                *time.Duration
 				}
 			)
 			if err := rows.Scan(&r.conv, &r.fence, &r.convID, &r.head, &r.last, &r.slot, &r.more, &r.batched, &r.credAt,
 				&r.mpk, &r.mid, &r.mseq, &r.mdir, &r.payload,
-				&r.stID, &r.stIdx, &r.stKind, &r.stStatus, &r.stReq, &r.stAtt, &r.since, &r.provStatus, &r.provID, &r.started); err != nil {
+				&r.stID, &r.stIdx, &r.stKind, &r.stStatus, &r.stReq, &r.stAtt, &r.since, &r.provStatus, &r.provID, &r.started, &r.told, &r.toldWait); err != nil {
 				return err
 			}
 			if r.batched {
@@ -204,6 +209,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 			if r.mpk != nil {
 				haveMessage = true
 				m = message{pk: *r.mpk, id: *r.mid, seq: *r.mseq, direction: *r.mdir, payload: r.payload}
+				told, toldWait = r.told, r.toldWait
 			}
 			if r.stID != nil {
 				steps = append(steps, step{id: *r.stID, idx: *r.stIdx, kind: *r.stKind, status: *r.stStatus, request: r.stReq,
@@ -234,6 +240,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 	st.nextErr = pgx.ErrNoRows
 	if haveMessage {
 		st.next, st.nextSteps, st.nextErr = m, firstSteps(m, steps), nil
+		toldFirst(st.nextSteps, told, toldWait)
 	}
 	return s, st, nil
 }

@@ -86,6 +86,30 @@ type step struct {
 	// started: this drain recorded the attempt as running already (the
 	// previous message's last write started it); it goes straight out.
 	started bool
+	// told is what ordo.start_step answered when the claim or the previous
+	// message's last write tried to start this step and it may not go now
+	// (ordo.next_step): run.start acts on it instead of asking again.
+	told *startAnswer
+}
+
+// startAnswer is ordo.start_step's answer to a start that may not go now:
+// "wait" (a send slot or pair gap ahead, wait from now), or "paused".
+type startAnswer struct {
+	verdict string
+	wait    time.Duration
+}
+
+// toldFirst gives steps' first step, when it is m's fresh one, the answer
+// its start got (verdict NULL: none was tried).
+func toldFirst(steps []step, verdict *string, wait *time.Duration) {
+	if verdict == nil || len(steps) == 0 || steps[0].id != 0 {
+		return
+	}
+	a := &startAnswer{verdict: *verdict}
+	if wait != nil {
+		a.wait = *wait
+	}
+	steps[0].told = a
 }
 
 const stepsQuery = `
@@ -359,6 +383,8 @@ func (r *run) ready(ctx context.Context, m message, st *step, last bool) (out ou
 // the conversation; one further out keeps its place on the conversation and
 // the drain snoozes until then. ok false means not now (out says when).
 func (r *run) start(ctx context.Context, m message, st *step, phone *string) (out outcome, ok bool, err error) {
+	told := st.told // answered a moment ago: not asked again
+	st.told = nil
 	for {
 		var (
 			verdict  string
@@ -366,7 +392,9 @@ func (r *run) start(ctx context.Context, m message, st *step, phone *string) (ou
 			id       *int64
 			attempts *int
 		)
-		if err := r.s.queryRow(ctx, startStepQuery, []any{r.s.conv, r.s.fence, r.tenant.ID, m.pk, st.idx, st.kind, st.request, phone},
+		if told != nil {
+			verdict, wait, told = told.verdict, &told.wait, nil
+		} else if err := r.s.queryRow(ctx, startStepQuery, []any{r.s.conv, r.s.fence, r.tenant.ID, m.pk, st.idx, st.kind, st.request, phone},
 			&verdict, &wait, &id, &attempts); err != nil {
 			return outcome{}, false, fmt.Errorf("start step: %w", err)
 		}

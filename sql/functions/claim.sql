@@ -53,7 +53,8 @@ RETURNS TABLE (
     slot int, more boolean, batched boolean, credential_at timestamptz,
     message_pk bigint, message_id text, seq bigint, direction text, payload jsonb,
     step_id bigint, step_idx int, step_kind text, step_status text, step_request jsonb, step_attempts int,
-    since_start interval, provider_status text, provider_message_id text, started boolean)
+    since_start interval, provider_status text, provider_message_id text, started boolean,
+    told text, told_wait interval)
 LANGUAGE plpgsql
 -- Walk ready_tenant_due_idx in due order and reach rows by their keys,
 -- whatever the planner's statistics say: without them (a new database, a
@@ -214,7 +215,7 @@ BEGIN
             SELECT v_conv, v_c.fence, v_c.conversation_id, v_c.head_seq, v_c.last_seq, v_slot, v_more, false, v_cred,
                    n.message_pk, n.message_id, n.seq, n.direction, n.payload,
                    n.step_id, n.step_idx, n.step_kind, n.step_status, n.step_request, n.step_attempts,
-                   n.since_start, n.provider_status, n.provider_message_id, n.started
+                   n.since_start, n.provider_status, n.provider_message_id, n.started, n.told, n.told_wait
             FROM (SELECT 1) one
             LEFT JOIN LATERAL ordo.next_step(v_conv, v_c.fence, v_c.head_seq, p_tenant, p_phone) n ON true;
         END IF;
@@ -266,7 +267,7 @@ BEGIN
         FROM q WHERE r.conversation_pk = q.id)
     SELECT u.id, u.fence, q.conversation_id, q.head_seq, q.last_seq, NULL::int, v_more, true, v_cred,
            q.mpk, q.message_id, q.seq, 'outbound'::text, q.payload,
-           st.id, 0, 'send'::text, 'running'::text, q.payload, 1, interval '0', NULL::text, NULL::text, true
+           st.id, 0, 'send'::text, 'running'::text, q.payload, 1, interval '0', NULL::text, NULL::text, true, NULL::text, NULL::interval
     FROM q JOIN u ON u.id = q.id JOIN st ON st.message_pk = q.mpk;
     PERFORM ordo.drain_lease(p_lease_ms);
 END;

@@ -7,13 +7,18 @@
 -- where there were three: finish, read, start. A send starts here only when
 -- the caller passes the phone number (it holds the tenant's credential);
 -- everything else (a retry, an ambiguous send to settle, a send slot in the
--- future) is left to the drain, which then starts the step itself.
+-- future) is left to the drain, which then starts the step itself. When
+-- the start was tried and may not go now (told: 'wait' for told_wait, a
+-- send slot or pair gap ahead; 'paused'), the drain acts on that answer
+-- rather than asking ordo.start_step the same question again (a paced
+-- send asked twice for each wait for its slot).
 -- ordo.claim calls it for the conversation it just took over.
 CREATE OR REPLACE FUNCTION ordo.next_step(p_conv bigint, p_fence bigint, p_head bigint, p_tenant bigint, p_phone text)
 RETURNS TABLE (
     message_pk bigint, message_id text, seq bigint, direction text, payload jsonb,
     step_id bigint, step_idx int, step_kind text, step_status text, step_request jsonb, step_attempts int,
-    since_start interval, provider_status text, provider_message_id text, started boolean)
+    since_start interval, provider_status text, provider_message_id text, started boolean,
+    told text, told_wait interval)
 LANGUAGE plpgsql
 -- The planner's defaults, whoever calls: ordo.claim walks its ready rows
 -- with sorts and sequential scans off, and a step started under that (its
@@ -29,6 +34,8 @@ DECLARE
     v_kind  text;
     v_req   jsonb;
     v_st    record;
+    v_told  text;
+    v_wait  interval;
 BEGIN
     SELECT m.id, m.message_id, m.seq, m.direction, m.payload INTO v_m
     FROM ordo.messages m WHERE m.conversation_pk = p_conv AND m.seq > p_head
@@ -46,17 +53,20 @@ BEGIN
         IF v_kind = 'handle' OR p_phone IS NOT NULL THEN
             SELECT * INTO v_st FROM ordo.start_step(p_conv, p_fence, p_tenant, v_m.id, 0, v_kind, v_req,
                 CASE WHEN v_kind = 'send' THEN p_phone END);
+            v_told := v_st.verdict;
+            v_wait := v_st.wait;
             IF v_st.verdict = 'go' THEN
                 RETURN QUERY SELECT v_m.id, v_m.message_id, v_m.seq, v_m.direction, v_m.payload,
                     v_st.step_id, 0, v_kind, 'running'::text, v_req, v_st.attempts,
-                    interval '0', NULL::text, NULL::text, true;
+                    interval '0', NULL::text, NULL::text, true, NULL::text, NULL::interval;
                 RETURN;
             END IF;
         END IF;
     END IF;
     RETURN QUERY SELECT v_m.id, v_m.message_id, v_m.seq, v_m.direction, v_m.payload,
         s.id, s.idx, s.kind, s.status, s.request, s.attempts,
-        clock_timestamp() - s.started_at, s.provider_status, s.provider_message_id, false
+        clock_timestamp() - s.started_at, s.provider_status, s.provider_message_id, false,
+        v_told, v_wait
     FROM (SELECT 1) one LEFT JOIN ordo.steps s ON s.message_pk = v_m.id
     ORDER BY s.idx;
 END;
