@@ -260,9 +260,14 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 		}
 		return
 	}
-	if len(live) == 1 && !isLockTimeout(err) {
+	if len(live) == 1 && !isLockTimeout(err) || errors.Is(err, ordosql.ErrCommitUnconfirmed) {
 		// A batch of one is the single path: its error is the message's own.
-		live[0].done <- ingestResult{err: translate(err, "enqueue message")}
+		// A commit without its standby's confirmation stored every message
+		// on the primary: each is answered 503, and not run again, which
+		// would answer a first offer "duplicate".
+		for _, c := range live {
+			c.done <- ingestResult{err: translate(err, "enqueue message")}
+		}
 		return
 	}
 	// The whole transaction rolled back (one bad message, a deadlock, a lost

@@ -44,7 +44,8 @@ func (e *Engine) writeTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	// Not the request's context: pgx answers a context's end mid-query
 	// with a CancelRequest, which would end the commit's wait for the
 	// standby and make its rows visible on the primary alone. A client
-	// that hangs up gets its 503 from the web layer; the write goes on.
+	// that hangs up is not waited for (ingest) or gone: the write goes on
+	// to its end or WriteTimeout.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), WriteTimeout)
 	defer cancel()
 	conn, err := e.pool.Acquire(ctx)
