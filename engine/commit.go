@@ -4,11 +4,13 @@ package engine
 // commit is durable only once the standby confirmed it, and Postgres lets
 // a commit return success without that confirmation when a query cancel
 // is pending during its wait (ordosql.PrepareCommitQuery says which
-// cancels and how they are kept out). Every write answered to a user —
-// REST ingest (batch.go), webhooks, async replies — commits here or in
-// enqueueBatch, the same way: timeouts off before the commit, the commit
-// watched for the WARNING of an abandoned wait, which is answered 503
-// (CodeUnavailable, Retry-After), never 2xx.
+// cancels and how they are kept out). Every write answered to a user
+// commits the same way — webhooks and async replies in writeTx, leases in
+// writeRow, REST ingest in enqueueBatch or writeTx (batch.go): on a
+// context its request cannot cancel, timeouts off before the commit, the
+// commit watched for the WARNING of an abandoned wait, which is answered
+// 503 (CodeUnavailable, Retry-After), never 2xx. engine/README.md, "A
+// write's commit", has the why.
 
 import (
 	"context"
@@ -84,4 +86,41 @@ func (e *Engine) checkCommit(ctx context.Context, watch *ordosql.CommitWatch, er
 			slog.String("warning", ce.Notice.Message))
 	}
 	return &Error{Code: errUnconfirmed.Code, Message: errUnconfirmed.Message, Err: werr}
+}
+
+// writeRow runs query, one statement that writes and returns one row, in
+// an implicit transaction of its own, committed durably as writeTx's, in
+// one round trip (a pipeline); scan reads its row. A scan that finds no
+// row (pgx.ErrNoRows: the statement wrote nothing) is returned once the
+// transaction ended.
+func (e *Engine) writeRow(ctx context.Context, scan func(pgx.Row) error, query string, args ...any) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), WriteTimeout) // as writeTx's
+	defer cancel()
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	batch := &pgx.Batch{}
+	batch.Queue(query, args...)
+	for _, q := range ordosql.PrepareCommitStatements {
+		batch.Queue(q)
+	}
+	br := conn.SendBatch(ctx, batch)
+	scanErr := scan(br.QueryRow())
+	if scanErr != nil && !errors.Is(scanErr, pgx.ErrNoRows) {
+		_ = br.Close()
+		return scanErr
+	}
+	for range ordosql.PrepareCommitStatements {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return err
+		}
+	}
+	watch := ordosql.WatchCommit(conn.Conn().PgConn())
+	if err := e.checkCommit(ctx, watch, br.Close()); err != nil {
+		return err
+	}
+	return scanErr
 }

@@ -73,15 +73,31 @@ func setupSyncWait(ctx context.Context, t *testing.T, settings map[string]string
 	return b
 }
 
-// stored reports whether the primary holds the message: committed here,
-// whatever the standby has.
-func (b *syncWaitBundle) stored(ctx context.Context, t *testing.T, messageID string) bool {
+// stored reports whether the primary holds what write wrote for id:
+// committed here, whatever the standby has.
+func (b *syncWaitBundle) stored(ctx context.Context, t *testing.T, w syncWrite, id string) bool {
 	t.Helper()
 	var n int
-	if err := b.admin.QueryRow(ctx, `SELECT count(*) FROM ordo.messages WHERE message_id = $1`, messageID).Scan(&n); err != nil {
+	if err := b.admin.QueryRow(ctx, w.stored, id).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n == 1
+}
+
+// syncWrite is one of the writes answered to a user after its commit.
+type syncWrite struct {
+	name   string
+	write  func(context.Context, string) <-chan writeAnswer
+	stored string // counts the rows the write of id stored ($1)
+}
+
+// writes are every write answered to a user after its commit.
+func (b *syncWaitBundle) writes() []syncWrite {
+	return []syncWrite{
+		{"ingest", b.ingest, `SELECT count(*) FROM ordo.messages WHERE message_id = $1`},
+		{"webhook", b.webhook, `SELECT count(*) FROM ordo.messages WHERE message_id = $1`},
+		{"lease", b.lease, `SELECT count(*) FROM ordo.leases WHERE key = $1`},
+	}
 }
 
 // terminate ends backend pid and returns once it is gone: until then it
@@ -136,6 +152,15 @@ func (b *syncWaitBundle) webhook(ctx context.Context, id string) <-chan writeAns
 	return ch
 }
 
+func (b *syncWaitBundle) lease(ctx context.Context, id string) <-chan writeAnswer {
+	ch := make(chan writeAnswer, 1)
+	go func() {
+		l, err := b.e.AcquireLease(ctx, b.tenant.ID, id, time.Minute)
+		ch <- writeAnswer{what: fmt.Sprintf("token %d", l.Token), err: err}
+	}()
+	return ch
+}
+
 // TestCancelledSyncWaitIsNotAcknowledged: a query cancel that reaches a
 // commit waiting for the synchronous standby makes Postgres give up the
 // wait and return success with a WARNING; the row is committed on the
@@ -148,13 +173,7 @@ func TestCancelledSyncWaitIsNotAcknowledged(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	b := setupSyncWait(ctx, t, nil)
-	for _, w := range []struct {
-		name  string
-		write func(context.Context, string) <-chan writeAnswer
-	}{
-		{"ingest", b.ingest},
-		{"webhook", b.webhook},
-	} {
+	for _, w := range b.writes() {
 		id := "cancelled-" + w.name
 		answer := w.write(ctx, id)
 		pid := waitSyncRep(ctx, t, b.admin, answer)
@@ -162,11 +181,11 @@ func TestCancelledSyncWaitIsNotAcknowledged(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := <-answer
-		if !b.stored(ctx, t, id) {
-			t.Fatalf("%s: the message is not on the primary (%v): the cancel did not reach the commit, the test tests nothing", w.name, r.err)
+		if !b.stored(ctx, t, w, id) {
+			t.Fatalf("%s: nothing is on the primary (%v): the cancel did not reach the commit, the test tests nothing", w.name, r.err)
 		}
 		if r.err == nil || engine.ErrorCode(r.err) != engine.CodeUnavailable {
-			t.Fatalf("%s: answered %q, %v though no standby has the message; want unavailable (503)", w.name, r.what, r.err)
+			t.Fatalf("%s: answered %q, %v though no standby has the write; want unavailable (503)", w.name, r.what, r.err)
 		}
 	}
 }
@@ -186,13 +205,7 @@ func TestStatementTimeoutNeverEndsASyncWait(t *testing.T) {
 	// machine; the commits wait several times as long.
 	const timeout = 2 * time.Second
 	b := setupSyncWait(ctx, t, map[string]string{"statement_timeout": strconv.Itoa(int(timeout.Milliseconds()))})
-	for _, w := range []struct {
-		name  string
-		write func(context.Context, string) <-chan writeAnswer
-	}{
-		{"ingest", b.ingest},
-		{"webhook", b.webhook},
-	} {
+	for _, w := range b.writes() {
 		id := "timeout-" + w.name
 		answer := w.write(ctx, id)
 		pid := waitSyncRep(ctx, t, b.admin, answer)
@@ -227,13 +240,7 @@ func TestClientGoneDuringSyncWait(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	b := setupSyncWait(ctx, t, nil)
-	for _, w := range []struct {
-		name  string
-		write func(context.Context, string) <-chan writeAnswer
-	}{
-		{"ingest", b.ingest},
-		{"webhook", b.webhook},
-	} {
+	for _, w := range b.writes() {
 		id := "gone-" + w.name
 		reqCtx, reqCancel := context.WithCancel(ctx)
 		answer := w.write(reqCtx, id)
