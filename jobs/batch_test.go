@@ -278,6 +278,42 @@ func TestBatchDrainsBacklogsInOrderOnce(t *testing.T) {
 	}
 }
 
+// A tenant's first claim on a process is a batch like every later one: the
+// runner reads the tenant's credential before that claim. Claimed alone
+// (the number was not cached yet), each of a backlog's first conversations
+// was drained one message at a time by a worker of its own: `make bench`
+// backlog, 100 tenants, drained its first 10 % at 1,938 msgs/s and its last
+// at 4,622 (with the credential read first: 4,422 and 5,173).
+func TestFirstClaimOfATenantIsABatch(t *testing.T) {
+	t.Parallel()
+	const convs, per = 8, 3
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true, Config: jobs.Config{Workers: convs, BatchSize: convs}})
+	if _, err := b.Tenants.Update(context.Background(), "acme", tenants.UpdateParams{SendRate: ptr(0)}); err != nil {
+		t.Fatal(err)
+	}
+	importBacklogs(t, b, "f", convs, per)
+	b.Start()
+	b.WaitFor("every message done", 30*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`) == convs*per
+	})
+	want := map[string][]string{}
+	for c := range convs {
+		conv := fmt.Sprintf("f%03d", c)
+		for k := range per {
+			want[conv] = append(want[conv], fmt.Sprintf("%s #%d", conv, k))
+		}
+	}
+	if rep := whatsapptest.Check(b.WhatsApp.Sends(), want); !rep.OK() {
+		t.Fatal(rep.String())
+	}
+	if got := jobs.Batches(b.Runner); got == 0 {
+		t.Fatal("no batch was claimed")
+	}
+	if got := jobs.AloneClaims(b.Runner); got != 0 {
+		t.Fatalf("%d conversations claimed alone: the tenant's first claim did not batch", got)
+	}
+}
+
 // A tenant with nothing running gets a worker while a campaign's drains and
 // batches hold all of a process's room: one beyond Config.Workers (at most
 // the room's overdraft). Without it the quiet message waited for the

@@ -58,6 +58,10 @@ func TenantWaiting(r *Runner, tenant int64) bool {
 // conversations (batch.go).
 func Batches(r *Runner) int64 { return r.batches.Load() }
 
+// AloneClaims returns how many of r's claims took one conversation for a
+// drain of its own (not a batch, not empty).
+func AloneClaims(r *Runner) int64 { return r.claims.Load() - r.batches.Load() - r.claimsEmpty.Load() }
+
 // NoOverdraft keeps r's runners within Config.Workers even for a tenant
 // with nothing running (no overdraft), for tests of what a waiting tenant
 // gets when no runner may go beyond the room.

@@ -85,7 +85,7 @@ func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error)
 		if cause := redactURL(err); cause != "timeout" {
 			return handlerAnswer{}, &failure{msg: "handler unreachable: " + cause + handlerDown, action: actUnreachable}
 		}
-		return handlerAnswer{}, r.timedOut(ctx)
+		return handlerAnswer{}, r.timedOut()
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxHandlerAnswer+1))
@@ -134,13 +134,9 @@ func (r *run) callHandler(ctx context.Context, m message) (handlerAnswer, error)
 // more, and both runs' replies could be sent. The message is dead-lettered
 // with a reason saying what to change. A tenant with retry_timeouts set has
 // the call retried within max_attempts, as before issue 27.
-func (r *run) timedOut(ctx context.Context) error {
+func (r *run) timedOut() error {
 	msg := fmt.Sprintf("the handler took longer than %s; n8n may still be running it — raise --handler-timeout or use async mode", seconds(r.handlerTimeout()))
-	// The call's context is spent (its deadline passed): read on one of
-	// its own. Unread, the safe side is not to call again.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-	defer cancel()
-	if retry, err := r.d.tenants.RetryTimeouts(ctx, r.conn(), r.tenant.ID); err == nil && retry {
+	if r.tenant.RetryTimeouts {
 		return &failure{silent: true, msg: msg + " (called again: --retry-timeouts is set)"}
 	}
 	return &failure{silent: true, msg: msg + "; not called again (`ordo tenant update --retry-timeouts` retries a workflow that is safe to run twice)", action: actDeadLetter}

@@ -350,6 +350,8 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 		var phone *string
 		if p, ok := d.creds.phone(t.Tenant); ok {
 			phone = &p
+		} else if t.Cap == 0 {
+			phone = d.warmCredential(ctx, conn, t.Tenant)
 		}
 		var bt *batch
 		if room > 1 && t.Cap == 0 && phone != nil {

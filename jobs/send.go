@@ -349,3 +349,23 @@ func (c *credentialCache) put(tenantID int64, at *time.Time, cred whatsapp.Crede
 	}
 	c.m[tenantID] = cachedCredential{at: *at, cred: cred}
 }
+
+// credentialStampQuery reads when the tenant's WhatsApp credential last
+// changed (the cache's stamp).
+const credentialStampQuery = `SELECT updated_at FROM ordo.credentials WHERE tenant_id = $1 AND name = 'whatsapp'`
+
+// warmCredential reads tenant's WhatsApp credential into the cache before
+// its first claim on this process, so that the claim may batch: its
+// number, or nil when there is no usable credential (the drain settles that).
+func (d *Drainer) warmCredential(ctx context.Context, conn tenants.Querier, tenant int64) *string {
+	var at time.Time
+	if err := conn.QueryRow(ctx, credentialStampQuery, tenant).Scan(&at); err != nil {
+		return nil
+	}
+	cred, problem, err := (&run{d: d, tenant: tenants.Tenant{ID: tenant}, on: conn}).loadCredential(ctx)
+	if err != nil || problem != "" {
+		return nil
+	}
+	d.creds.put(tenant, &at, cred)
+	return &cred.PhoneNumberID
+}

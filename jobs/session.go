@@ -121,22 +121,14 @@ const unlockQuery = `SELECT ordo.drain_unlock($1, $2)`
 // taken over — a batch whose next messages are sends it started, or one
 // conversation alone with its next message read and its first step started
 // when it may start — releasing the slot of the runner's previous drain
-// first. tenantQuery follows in the same round trip: the tenant's settings
-// for a drain alone. One round trip where there were seven (claim, lock,
-// takeover, tenant, credential, first message, its start).
-const (
-	claimQuery = `
+// first. The tenant's settings, for a drain alone, follow in the same round
+// trip (tenants.QueueByID). One round trip where there were seven (claim,
+// lock, takeover, tenant, credential, first message, its start).
+const claimQuery = `
 SELECT conv, fence, conversation_id, head_seq, last_seq, halted, slot, more, batched, credential_at,
        message_pk, message_id, seq, direction, payload,
        step_id, step_idx, step_kind, step_status, step_request, step_attempts, since_start, provider_status, provider_message_id, started
 FROM ordo.claim($1, $2, $3, $4, $5, $6, $7, $8)`
-	tenantQuery = `
-SELECT t.slug, t.name, COALESCE(t.handler_url, ''), t.on_dead_letter, t.ambiguous, t.max_attempts,
-       t.send_rate, t.pair_gap_ms, t.sending_paused_at, COALESCE(t.sending_paused_reason, ''), t.created_at,
-       t.handler_mode, t.handler_timeout_ms, t.reply_deadline_ms, COALESCE(t.events_url, ''), t.weight, t.max_concurrency,
-       t.handler_down_since, t.handler_outage_limit_ms, t.number_down_since
-FROM ordo.tenants t WHERE t.id = $1`
-)
 
 // slotHold is a tenant concurrency slot a runner holds (ordo.claim).
 type slotHold struct {
@@ -222,19 +214,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 	})
 	var tt tenants.Tenant
 	if alone {
-		b.Queue(tenantQuery, t.Tenant).Query(func(rows pgx.Rows) error {
-			defer rows.Close()
-			for rows.Next() {
-				tenantFound = true
-				if err := rows.Scan(&tt.Slug, &tt.Name, &tt.HandlerURL, &tt.OnDeadLetter, &tt.Ambiguous, &tt.MaxAttempts,
-					&tt.SendRate, &tt.PairGapMS, &tt.SendingPausedAt, &tt.SendingPausedReason, &tt.CreatedAt,
-					&tt.HandlerMode, &tt.HandlerTimeoutMS, &tt.ReplyDeadlineMS, &tt.EventsURL, &tt.Weight, &tt.MaxConcurrency,
-					&tt.HandlerDownSince, &tt.HandlerOutageLimitMS, &tt.NumberDownSince); err != nil {
-					return err
-				}
-			}
-			return rows.Err()
-		})
+		tenants.QueueByID(b, t.Tenant, &tt, &tenantFound)
 	}
 	heard := time.Now()
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
@@ -249,7 +229,6 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 	}
 	st.tenantID = t.Tenant
 	if tenantFound {
-		tt.ID = t.Tenant
 		st.tenant = tt
 	}
 	st.nextErr = pgx.ErrNoRows

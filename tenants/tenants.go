@@ -496,6 +496,22 @@ func (s *Store) ByID(ctx context.Context, id int64) (Tenant, error) {
 	return t, nil
 }
 
+// QueueByID queues the read of the tenant with id into b, for a caller
+// that sends it with statements of its own in one round trip (a drain's
+// claim): when b has run, *dst holds the tenant and *found says it exists.
+func QueueByID(b *pgx.Batch, id int64, dst *Tenant, found *bool) {
+	b.Queue(selectTenantByID, id).QueryRow(func(row pgx.Row) error {
+		t, err := scanTenant(row)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err == nil {
+			*dst, *found = t, true
+		}
+		return err
+	})
+}
+
 const selectTenants = `
 SELECT ` + tenantColumns + `
 FROM ordo.tenants ORDER BY slug`
@@ -536,20 +552,6 @@ func (s *Store) HandlerSecretOn(ctx context.Context, q Querier, tenantID int64) 
 		return nil, fmt.Errorf("read handler secret of tenant %d: credential %q has no \"secret\" string: %w", tenantID, HandlerCredential, ErrUnreadable)
 	}
 	return []byte(v.Secret), nil
-}
-
-const selectRetryTimeouts = `SELECT retry_timeouts FROM ordo.tenants WHERE id = $1`
-
-// RetryTimeouts reports whether the tenant's sync handler calls that timed
-// out are made again, read through q (the drain's own connection). The
-// drain asks only when a call timed out, so the setting needs no place in
-// the drain's own read of the tenant.
-func (s *Store) RetryTimeouts(ctx context.Context, q Querier, tenantID int64) (bool, error) {
-	var retry bool
-	if err := q.QueryRow(ctx, selectRetryTimeouts, tenantID).Scan(&retry); err != nil {
-		return false, fmt.Errorf("read retry_timeouts of tenant %d: %w", tenantID, notFound(err))
-	}
-	return retry, nil
 }
 
 func scanTenant(row pgx.Row) (Tenant, error) {
