@@ -22,7 +22,9 @@ SELECT t.slug, t.name, t.handler_url IS NOT NULL, t.on_dead_letter, t.ambiguous,
        t.send_rate, t.pair_gap_ms, t.weight, t.max_concurrency, t.sending_paused_at, coalesce(t.sending_paused_reason, ''),
        coalesce((SELECT array_agg(cr.name ORDER BY cr.name) FROM ordo.credentials cr WHERE cr.tenant_id = t.id), '{}'),
        (SELECT count(*) FROM ordo.dead_letters d WHERE d.tenant_id = t.id AND d.resolved_at IS NULL),
-       t.created_at, t.handler_down_since, t.number_down_since
+       t.created_at,
+       (SELECT d.down_since FROM ordo.dependencies d WHERE d.tenant_id = t.id AND d.what = 'handler'),
+       (SELECT d.down_since FROM ordo.dependencies d WHERE d.tenant_id = t.id AND d.what = 'number')
 FROM ordo.tenants t
 ORDER BY t.slug
 LIMIT 200`

@@ -146,7 +146,7 @@ func TestOverviewCountsAsItHappens(t *testing.T) {
 		t.Fatal(err)
 	}
 	// handled: the handler's answers, the evidence that voids a suspicion
-	// of it (ordo.handler_failed); a merge that dropped them would let
+	// of it (ordo.dependency_failed); a merge that dropped them would let
 	// failures with answers between take the handler down.
 	if rows != 2 || accepted != 7 || sent != 3 || handled != 4 || latency != 2 {
 		t.Errorf("after compaction: %d rows, %d accepted, %d sent, %d handled, %d latencies; want 2 rows (one per tenant), 7, 3, 4 and 2", rows, accepted, sent, handled, latency)

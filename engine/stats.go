@@ -18,7 +18,8 @@ import (
 // found through the open dead letters that halted them; each adds one
 // primary-key probe and one (conversation_pk, seq) probe for its head
 // message. Only the dead-letters table is scanned, and resolved dead letters
-// go with their message's retention.
+// go with their message's retention (and ordo.dependencies: at most two
+// rows a tenant).
 const tenantStatsQuery = `
 WITH work AS (
     SELECT conversation_pk AS id FROM ordo.ready
@@ -35,16 +36,20 @@ WITH work AS (
     GROUP BY c.tenant_id
 ), dead AS (
     SELECT tenant_id, count(*) AS open FROM ordo.dead_letters WHERE resolved_at IS NULL GROUP BY tenant_id
+), away AS (
+    SELECT tenant_id, bool_or(what = 'handler') AS handler, bool_or(what = 'number') AS number
+    FROM ordo.dependencies WHERE down_since IS NOT NULL GROUP BY tenant_id
 )
 SELECT t.slug, coalesce(p.backlog, 0)::bigint,
        coalesce(extract(epoch FROM clock_timestamp() - p.oldest), 0)::float8,
        coalesce(p.halted, 0), coalesce(d.open, 0), t.sending_paused_at IS NOT NULL,
-       t.handler_down_since IS NOT NULL, t.number_down_since IS NOT NULL
+       coalesce(a.handler, false), coalesce(a.number, false)
 FROM ordo.tenants t
 LEFT JOIN per_tenant p ON p.tenant_id = t.id
 LEFT JOIN dead d ON d.tenant_id = t.id
+LEFT JOIN away a ON a.tenant_id = t.id
 WHERE p.tenant_id IS NOT NULL OR d.tenant_id IS NOT NULL OR t.sending_paused_at IS NOT NULL
-   OR t.handler_down_since IS NOT NULL OR t.number_down_since IS NOT NULL`
+   OR a.tenant_id IS NOT NULL`
 
 // TenantStats reads the state of every tenant with a backlog, a halted
 // conversation, an open dead letter or paused sending: the database gauges

@@ -72,7 +72,7 @@ func TestClaimTakesOnlyAConversationStillDue(t *testing.T) {
 
 // A tenant's handler was unreachable; the probe call finds it there, and it
 // answers 429 with Retry-After: 2 (n8n busy). The answer brings the handler
-// back (ordo.handler_back), which wakes the conversations that waited for
+// back (ordo.dependency_back), which wakes the conversations that waited for
 // it — the probing conversation among them, its drain still running. That
 // wake-up must not cut short the Retry-After the same drain records next.
 // Before, the park took it for "go on at once": called again 20 ms later.
@@ -86,8 +86,8 @@ func TestProbeAnswersRetryAfterIsKept(t *testing.T) {
 	// The state an outage leaves (TestUnreachableHandlerIsAStateTheConversationsWaitFor drives
 	// it through real failures): the handler down, its probe free, the
 	// conversation marked waiting for it.
-	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET handler_down_since = now() - interval '1 minute',
-		handler_probe_at = now() - interval '1 second' WHERE id = $1`, b.Tenant.ID); err != nil {
+	if _, err := b.Pool.Exec(ctx, `INSERT INTO ordo.dependencies (tenant_id, what, down_since, probe_at)
+		VALUES ($1, 'handler', now() - interval '1 minute', now() - interval '1 second')`, b.Tenant.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.conversations SET handler_wait = true WHERE conversation_id = 'h'`); err != nil {
@@ -97,7 +97,7 @@ func TestProbeAnswersRetryAfterIsKept(t *testing.T) {
 	b.WaitFor("h handled", 15*time.Second, func() bool {
 		return b.Count(`SELECT count(*) FROM ordo.messages WHERE message_id = 'h1' AND status = 'done'`) == 1
 	})
-	if n := b.Count(`SELECT count(*) FROM ordo.tenants WHERE handler_down_since IS NOT NULL`); n != 0 {
+	if n := b.Count(`SELECT count(*) FROM ordo.dependencies WHERE what = 'handler' AND down_since IS NOT NULL`); n != 0 {
 		t.Fatal("the probe's answer did not bring the handler back")
 	}
 	if n := b.Count(`SELECT count(*) FROM ordo.conversations WHERE handler_wait`); n != 0 {

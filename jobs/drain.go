@@ -95,12 +95,6 @@ type message struct {
 	payload   json.RawMessage
 }
 
-// clearHaltedQuery takes a halted conversation out of the ready set (an
-// operator's replay puts it back).
-const clearHaltedQuery = `
-WITH c AS (SELECT id FROM ordo.conversations WHERE id = $1 AND fence = $2 AND halted_at IS NOT NULL FOR NO KEY UPDATE)
-DELETE FROM ordo.ready r USING c WHERE r.conversation_pk = c.id`
-
 // ended says how a drain run ended: park, the conversation waits (or
 // yields) and is due again after wait; otherwise the run ended it (caught
 // up, halted, gone) or failed.
@@ -117,10 +111,6 @@ func (d *Drainer) drain(ctx context.Context, s *session, st convState, runner st
 	defer d.cfg.Metrics.DrainStarted()()
 	conv := s.conv
 	log := d.logger.With(slog.Int64("conversation", conv), slog.String("runner", runner), slog.Int64("fence", st.fence))
-	if st.halted {
-		_, err := s.conn.Exec(ctx, clearHaltedQuery, conv, st.fence)
-		return ended{}, s.fail(err)
-	}
 	r := &run{d: d, s: s, tenant: st.tenant, conversationID: st.conversationID, log: log, credentialAt: st.credentialAt}
 
 	head := st.headSeq
@@ -149,17 +139,13 @@ func (d *Drainer) drain(ctx context.Context, s *session, st convState, runner st
 		}
 		r.prefetched = false
 		if errors.Is(err, pgx.ErrNoRows) {
+			// Nothing after the head: the run ends (ordo.park_conversation
+			// takes a conversation caught up out of the ready set, and one a
+			// message reached meanwhile is due again at once).
 			if d.hooks.beforeFinish != nil {
 				d.hooks.beforeFinish(conv)
 			}
-			done, err := s.finish(ctx)
-			if err != nil {
-				return ended{}, r.stop(err)
-			}
-			if done {
-				return ended{}, nil
-			}
-			continue
+			return ended{park: true}, nil
 		}
 		if err != nil {
 			return ended{}, err

@@ -14,12 +14,13 @@ import (
 // only on evidence: a rule's number of outage-class failures, spanning at
 // least its span, with no success of the tenant's calls in between.
 // evidence is that rule, pure; ordo.dependency_evidence carries it out on
-// the tenant row for ordo.number_failed and ordo.handler_failed, where
-// every process sees it (TestEvidenceSQLAgrees holds the two together).
+// the dependency's row of ordo.dependencies for ordo.dependency_failed,
+// where every process sees it, with the rule the drain passes
+// (dependency.go; TestEvidenceSQLAgrees holds the two together).
 //
 // A dependency that says plainly it is not there — a refused connection,
 // a DNS failure, n8n's 404 for a webhook it does not have — needs no
-// evidence: the handler goes down at once (handler.go).
+// evidence: the handler goes down at once (reachability.go).
 
 // evidenceRule is how much evidence takes a dependency down.
 type evidenceRule struct {

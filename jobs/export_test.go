@@ -71,8 +71,20 @@ func NoOverdraft(r *Runner) {
 	r.room.Over = 0
 }
 
+// DependencyArgs returns what a drain passes ordo.dependency_failed for
+// the tenant's "handler" or "number" after the tenant, step, probe,
+// reason and immediate: the dependency's name, its evidence rule and its
+// probes' cap (ms).
+func DependencyArgs(what string) []any {
+	d := handlerDep
+	if what == numberDep.what {
+		d = numberDep
+	}
+	return []any{d.what, d.rule.failures, d.rule.distinct, d.rule.span.Milliseconds(), d.rule.horizon.Milliseconds(), d.probeMax.Milliseconds()}
+}
+
 // EvidenceCase is one row of a dependency's evidence rule table, for the
-// test that holds ordo.number_failed and ordo.handler_failed to it:
+// test that holds ordo.dependency_failed to it:
 // failures of Steps at offsets At with OK successful calls so far, and the
 // verdict after each.
 type EvidenceCase struct {

@@ -371,8 +371,11 @@ func TestHandlerNotThereIsRetriedThenAsksIfTheWorkflowIsActive(t *testing.T) {
 	setTenant(t, b, tenants.UpdateParams{MaxAttempts: ptr(3), OnDeadLetter: ptr("skip")})
 	// Down for longer than the tenant's outage limit: its failures count
 	// as attempts again (reachability_test.go has the outage itself).
-	if _, err := b.Pool.Exec(context.Background(), `UPDATE ordo.tenants SET handler_outage_limit_ms = 60000,
-		handler_down_since = now() - interval '2 minutes', handler_probe_at = now()`); err != nil {
+	if _, err := b.Pool.Exec(context.Background(), `UPDATE ordo.tenants SET handler_outage_limit_ms = 60000`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Pool.Exec(context.Background(), `INSERT INTO ordo.dependencies (tenant_id, what, down_since, probe_at)
+		SELECT id, 'handler', now() - interval '2 minutes', now() FROM ordo.tenants`); err != nil {
 		t.Fatal(err)
 	}
 	inbound(t, b, "c1", "in1")

@@ -58,7 +58,7 @@ func TestUnreachableNumberIsAStateTheConversationsWaitFor(t *testing.T) {
 		}
 	}
 	b.WaitFor("the number to be marked unreachable", 20*time.Second, func() bool {
-		return b.Count(`SELECT count(*) FROM ordo.tenants WHERE number_down_since IS NOT NULL`) == 1
+		return b.Count(`SELECT count(*) FROM ordo.dependencies WHERE what = 'number' AND down_since IS NOT NULL`) == 1
 	})
 	// The other tenant's sends are untouched meanwhile.
 	for i := 1; i <= 3; i++ {
@@ -100,7 +100,7 @@ func TestUnreachableNumberIsAStateTheConversationsWaitFor(t *testing.T) {
 	if n := b.Count(`SELECT count(*) FROM ordo.dead_letters`); n != 0 {
 		t.Fatalf("%d dead letters; want none", n)
 	}
-	if n := b.Count(`SELECT count(*) FROM ordo.tenants WHERE number_down_since IS NOT NULL OR number_probe_at IS NOT NULL`); n != 0 {
+	if n := b.Count(`SELECT count(*) FROM ordo.dependencies WHERE what = 'number' AND (down_since IS NOT NULL OR probe_at IS NOT NULL)`); n != 0 {
 		t.Fatal("the number is still marked unreachable after the Cloud API answered")
 	}
 	if n := b.Count(`SELECT count(*) FROM ordo.conversations WHERE number_wait`); n != 0 {
@@ -232,7 +232,7 @@ func TestPoisonMessageNeverTakesTheNumberDown(t *testing.T) {
 	if n := b.Count(`SELECT count(*) FROM ordo.events WHERE type LIKE 'tenant.number%'`); n != 0 {
 		t.Fatalf("%d number events: the poison message took the number down", n)
 	}
-	if n := b.Count(`SELECT count(*) FROM ordo.tenants WHERE number_down_since IS NOT NULL`); n != 0 {
+	if n := b.Count(`SELECT count(*) FROM ordo.dependencies WHERE what = 'number' AND down_since IS NOT NULL`); n != 0 {
 		t.Fatal("the number is marked unreachable")
 	}
 	if got := strings.Join(texts(b.WhatsApp.SendsTo("c1")), "|"); got != "c1 m1" {
@@ -247,8 +247,11 @@ func TestNumberUnreachablePastTheOutageLimitDeadLetters(t *testing.T) {
 	t.Parallel()
 	b := jobstest.Setup(t, jobstest.Options{NoStart: true})
 	ctx := context.Background()
-	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET max_attempts = 3, handler_outage_limit_ms = 60000,
-		number_down_since = now() - interval '2 minutes', number_probe_at = now()`); err != nil {
+	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET max_attempts = 3, handler_outage_limit_ms = 60000`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Pool.Exec(ctx, `INSERT INTO ordo.dependencies (tenant_id, what, down_since, probe_at)
+		SELECT id, 'number', now() - interval '2 minutes', now() FROM ordo.tenants`); err != nil {
 		t.Fatal(err)
 	}
 	b.WhatsApp.SetResponder(func(req whatsapptest.Send, attempt int) whatsapptest.Response {
@@ -264,30 +267,27 @@ func TestNumberUnreachablePastTheOutageLimitDeadLetters(t *testing.T) {
 	}
 }
 
-// ordo.number_failed and ordo.handler_failed carry out the evidence model
-// (jobs' evidence, through ordo.dependency_evidence) on the tenant row: the
-// model's tables, fed to them with the same clock and the tenant's
-// counters of successful calls, give the same verdicts.
+// ordo.dependency_failed carries out the evidence model (jobs' evidence,
+// through ordo.dependency_evidence) on the dependency's row, for the number
+// and the handler with the rules their drains pass: the model's tables,
+// fed to it with the same clock and the tenant's counters of successful
+// calls, give the same verdicts.
 func TestEvidenceSQLAgrees(t *testing.T) {
 	t.Parallel()
 	b := jobstest.Setup(t, jobstest.Options{NoStart: true})
 	ctx := context.Background()
 	start := time.Date(2026, 11, 27, 8, 0, 30, 0, time.UTC)
 	for _, set := range []struct {
-		counter, call string
-		cases         []jobs.EvidenceCase
-		args          []any
+		counter string
+		cases   []jobs.EvidenceCase
+		args    []any
 	}{
-		{"sent", `SELECT verdict FROM ordo.number_failed($1, $2, false, 'test', $4, $5, $6, $7, $3)`, jobs.NumberCases(),
-			[]any{jobs.NumberDownSteps, jobs.NumberDownSpan.Milliseconds(), jobs.NumberEvidenceHorizon.Milliseconds(), jobs.NumberProbeMax.Milliseconds()}},
-		{"handled", `SELECT verdict FROM ordo.handler_failed($1, $2, false, 'test', false, $4, $5, $6, $7, $3)`, jobs.HandlerCases(),
-			[]any{jobs.HandlerDownFailures, jobs.HandlerDownSpan.Milliseconds(), jobs.HandlerEvidenceHorizon.Milliseconds(), jobs.HandlerProbeMax.Milliseconds()}},
+		{"sent", jobs.NumberCases(), jobs.DependencyArgs("number")},
+		{"handled", jobs.HandlerCases(), jobs.DependencyArgs("handler")},
 	} {
+		const call = `SELECT verdict FROM ordo.dependency_failed($1, $4, $2, false, 'test', false, $5, $6, $7, $8, $9, $3)`
 		for _, c := range set.cases {
-			if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET number_down_since = NULL, number_probe_at = NULL, number_down_probes = 0,
-				number_fail_steps = NULL, number_fail_since = NULL, number_fail_sent = NULL,
-				handler_down_since = NULL, handler_probe_at = NULL, handler_down_probes = 0,
-				handler_fail_steps = NULL, handler_fail_since = NULL, handler_fail_ok = NULL`); err != nil {
+			if _, err := b.Pool.Exec(ctx, `DELETE FROM ordo.dependencies`); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := b.Pool.Exec(ctx, `DELETE FROM ordo.stats_minutes`); err != nil {
@@ -307,7 +307,7 @@ func TestEvidenceSQLAgrees(t *testing.T) {
 					ok = c.OK[i]
 				}
 				var verdict string
-				if err := b.Pool.QueryRow(ctx, set.call, append([]any{b.Tenant.ID, step, at}, set.args...)...).Scan(&verdict); err != nil {
+				if err := b.Pool.QueryRow(ctx, call, append([]any{b.Tenant.ID, step, at}, set.args...)...).Scan(&verdict); err != nil {
 					t.Fatal(err)
 				}
 				if verdict != c.Want[i] {

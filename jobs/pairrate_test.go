@@ -14,7 +14,7 @@ import (
 
 // Meta's 131056 (too many messages to this user) answers the probe send of
 // a number that was unreachable. That answer brings the number back
-// (ordo.number_back), which wakes the conversations waiting for it — the
+// (ordo.dependency_back), which wakes the conversations waiting for it — the
 // probing conversation among them, its drain still running. The wake must
 // not cut the pair-rate wait the same drain records next: Meta penalizes a
 // business that ignores it. Before, the park took the wake-up for "go on at
@@ -40,8 +40,8 @@ func TestPairRateWaitHoldsThroughAWakeUp(t *testing.T) {
 	// The state a number outage leaves (TestUnreachableNumberIsAStateTheConversationsWaitFor
 	// drives it through real failures): the number down, its probe free,
 	// the conversation marked waiting for it.
-	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET number_down_since = now() - interval '1 minute',
-		number_down_reason = 'test', number_probe_at = now() - interval '1 second' WHERE id = $1`, b.Tenant.ID); err != nil {
+	if _, err := b.Pool.Exec(ctx, `INSERT INTO ordo.dependencies (tenant_id, what, down_since, down_reason, probe_at)
+		VALUES ($1, 'number', now() - interval '1 minute', 'test', now() - interval '1 second')`, b.Tenant.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.conversations SET number_wait = true WHERE conversation_id = 'u1'`); err != nil {
@@ -61,7 +61,7 @@ func TestPairRateWaitHoldsThroughAWakeUp(t *testing.T) {
 	if d := at[1].Sub(at[0]); d < unit {
 		t.Fatalf("the retry came %s after the pair-rate error; want at least %s", d, unit)
 	}
-	if n := b.Count(`SELECT count(*) FROM ordo.tenants WHERE number_down_since IS NOT NULL`); n != 0 {
+	if n := b.Count(`SELECT count(*) FROM ordo.dependencies WHERE what = 'number' AND down_since IS NOT NULL`); n != 0 {
 		t.Fatal("the probe's answer did not bring the number back")
 	}
 }

@@ -127,7 +127,7 @@ func TestUnreachableHandlerIsAStateTheConversationsWaitFor(t *testing.T) {
 	}
 	inbound("c1", "in1")
 	b.WaitFor("the tenant's handler to be marked unreachable", 10*time.Second, func() bool {
-		return b.Count(`SELECT count(*) FROM ordo.tenants WHERE handler_down_since IS NOT NULL`) == 1
+		return b.Count(`SELECT count(*) FROM ordo.dependencies WHERE what = 'handler' AND down_since IS NOT NULL`) == 1
 	})
 	inbound("c1", "in2")
 	inbound("c2", "other1")
@@ -168,7 +168,7 @@ func TestUnreachableHandlerIsAStateTheConversationsWaitFor(t *testing.T) {
 	if n := b.Count(`SELECT count(*) FROM ordo.steps WHERE kind = 'handle' AND attempts <> 1`); n != 0 {
 		t.Fatalf("%d handle steps with other than one attempt: the outage was counted as attempts", n)
 	}
-	if n := b.Count(`SELECT count(*) FROM ordo.tenants WHERE handler_down_since IS NOT NULL OR handler_probe_at IS NOT NULL`); n != 0 {
+	if n := b.Count(`SELECT count(*) FROM ordo.dependencies WHERE what = 'handler' AND (down_since IS NOT NULL OR probe_at IS NOT NULL)`); n != 0 {
 		t.Fatal("the tenant is still marked unreachable after its handler answered")
 	}
 	if n := b.Count(`SELECT count(*) FROM ordo.conversations WHERE handler_wait`); n != 0 {
@@ -192,8 +192,11 @@ func TestHandlerUnreachablePastTheOutageLimitDeadLetters(t *testing.T) {
 	h.state.Store("missing")
 	b := jobstest.Setup(t, jobstest.Options{HandlerURL: h.URL(), Config: jobs.Config{RetryBase: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond}})
 	ctx := context.Background()
-	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET max_attempts = 3, handler_outage_limit_ms = 60000,
-		handler_down_since = now() - interval '2 minutes', handler_probe_at = now()`); err != nil {
+	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET max_attempts = 3, handler_outage_limit_ms = 60000`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Pool.Exec(ctx, `INSERT INTO ordo.dependencies (tenant_id, what, down_since, probe_at)
+		SELECT id, 'handler', now() - interval '2 minutes', now() FROM ordo.tenants`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.Engine.Ingest(ctx, engine.NewMessage{Tenant: b.Tenant.Slug, ConversationID: "c1", MessageID: "in1", Direction: "inbound", Payload: []byte(`{}`)}); err != nil {
@@ -213,7 +216,7 @@ func TestHandlerUnreachablePastTheOutageLimitDeadLetters(t *testing.T) {
 // drain's conversation waiting: the chaos run with Patroni (make chaos-ha)
 // saw inbound messages handled 125 s after their handler answered again.
 // A drain that was told "not your probe" parked its conversation for a
-// minute, and the prober's ordo.handler_back, which wakes the waiting
+// minute, and the prober's ordo.dependency_back, which wakes the waiting
 // conversations, ran between that answer and the drain's mark: it found
 // nothing marked, and the mark came after. The hook forces that order:
 // the handler comes back after the drain's probe answer and before its mark.
@@ -224,14 +227,15 @@ func TestHandlerBackWhileADrainDecidesToWaitWakesIt(t *testing.T) {
 	ctx := context.Background()
 	// The handler was unreachable and another drain holds the probe for an
 	// hour: this drain is told to wait.
-	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET handler_down_since = now(), handler_probe_at = now() + interval '1 hour'`); err != nil {
+	if _, err := b.Pool.Exec(ctx, `INSERT INTO ordo.dependencies (tenant_id, what, down_since, probe_at)
+		SELECT id, 'handler', now(), now() + interval '1 hour' FROM ordo.tenants`); err != nil {
 		t.Fatal(err)
 	}
 	var once sync.Once
 	jobs.SetBeforeWait(b.Runner, func(int64) {
 		once.Do(func() {
 			// The prober got its answer: the handler is back.
-			if _, err := b.Pool.Exec(ctx, `SELECT ordo.handler_back(id) FROM ordo.tenants`); err != nil {
+			if _, err := b.Pool.Exec(ctx, `SELECT ordo.dependency_back(id, 'handler') FROM ordo.tenants`); err != nil {
 				t.Error(err)
 			}
 		})
@@ -331,7 +335,7 @@ func TestAProxyWithNothingBehindItTakesTheHandlerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.WaitFor("the tenant's handler to be marked unreachable", 20*time.Second, func() bool {
-		return b.Count(`SELECT count(*) FROM ordo.tenants WHERE handler_down_since IS NOT NULL`) == 1
+		return b.Count(`SELECT count(*) FROM ordo.dependencies WHERE what = 'handler' AND down_since IS NOT NULL`) == 1
 	})
 	if n := b.Count(`SELECT count(*) FROM ordo.dead_letters`); n != 0 {
 		t.Fatalf("%d dead letters: the 502s burnt the message's attempts", n)

@@ -125,7 +125,7 @@ const unlockQuery = `SELECT ordo.drain_unlock($1, $2)`
 // trip (tenants.QueueByID). One round trip where there were seven (claim,
 // lock, takeover, tenant, credential, first message, its start).
 const claimQuery = `
-SELECT conv, fence, conversation_id, head_seq, last_seq, halted, slot, more, batched, credential_at,
+SELECT conv, fence, conversation_id, head_seq, last_seq, slot, more, batched, credential_at,
        message_pk, message_id, seq, direction, payload,
        step_id, step_idx, step_kind, step_status, step_request, step_attempts, since_start, provider_status, provider_message_id, started
 FROM ordo.claim($1, $2, $3, $4, $5, $6, $7, $8)`
@@ -154,13 +154,13 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 		most = bt.max
 	}
 	var (
-		conv, fence     int64
-		slot            *int
-		halted, batched bool
-		tenantFound     bool
-		m               message
-		steps           []step
-		haveMessage     bool
+		conv, fence int64
+		slot        *int
+		batched     bool
+		tenantFound bool
+		m           message
+		steps       []step
+		haveMessage bool
 	)
 	b := &pgx.Batch{}
 	b.Queue(claimQuery, t.Tenant, t.Cap, most, alone, lease, phone, relTenant, relSlot).Query(func(rows pgx.Rows) error {
@@ -170,7 +170,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 				r struct {
 					conv, fence, head, last int64
 					convID                  string
-					halted, more, batched   bool
+					more, batched           bool
 					slot                    *int
 					credAt                  *time.Time
 					mpk, mseq               *int64
@@ -185,7 +185,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 					started                 *bool
 				}
 			)
-			if err := rows.Scan(&r.conv, &r.fence, &r.convID, &r.head, &r.last, &r.halted, &r.slot, &r.more, &r.batched, &r.credAt,
+			if err := rows.Scan(&r.conv, &r.fence, &r.convID, &r.head, &r.last, &r.slot, &r.more, &r.batched, &r.credAt,
 				&r.mpk, &r.mid, &r.mseq, &r.mdir, &r.payload,
 				&r.stID, &r.stIdx, &r.stKind, &r.stStatus, &r.stReq, &r.stAtt, &r.since, &r.provStatus, &r.provID, &r.started); err != nil {
 				return err
@@ -198,8 +198,8 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 				continue
 			}
 			// One conversation alone: a row per step of its next message.
-			conv, fence, slot, halted = r.conv, r.fence, r.slot, r.halted
-			st.fence, st.headSeq, st.lastSeq, st.halted, st.conversationID = r.fence, r.head, r.last, r.halted, r.convID
+			conv, fence, slot = r.conv, r.fence, r.slot
+			st.fence, st.headSeq, st.lastSeq, st.conversationID = r.fence, r.head, r.last, r.convID
 			st.more, st.credentialAt = r.more, r.credAt
 			if r.mpk != nil {
 				haveMessage = true
@@ -232,7 +232,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 		st.tenant = tt
 	}
 	st.nextErr = pgx.ErrNoRows
-	if haveMessage && !halted {
+	if haveMessage {
 		st.next, st.nextSteps, st.nextErr = m, firstSteps(m, steps), nil
 	}
 	return s, st, nil
@@ -274,7 +274,6 @@ type convState struct {
 	fence          int64
 	headSeq        int64
 	lastSeq        int64
-	halted         bool
 	tenantID       int64
 	conversationID string
 	tenant         tenants.Tenant
@@ -334,19 +333,4 @@ func (s *session) fail(err error) error {
 		s.broken = true
 	}
 	return err
-}
-
-// finishQuery ends a drain when the conversation has nothing left
-// (ordo.finish_drain): false when a message arrived and the drain goes on.
-const finishQuery = `SELECT ordo.finish_drain($1, $2, $3)`
-
-// finish ends the drain if the conversation is caught up; false means a
-// message arrived and the drain must go on.
-func (s *session) finish(ctx context.Context) (bool, error) {
-	var done bool
-	if err := s.queryRow(ctx, finishQuery, []any{s.conv, s.fence, s.after}, &done); err != nil {
-		return false, fmt.Errorf("finish drain: %w", err)
-	}
-	s.unlocked = done
-	return done, nil
 }

@@ -59,11 +59,9 @@ type run struct {
 	// on is the connection reads go through when there is no session yet
 	// (a batch's); nil with no session: the pool.
 	on tenants.Querier
-	// probing: this run holds the probe of the tenant's unreachable handler.
-	probing bool
-	// probingNumber: this run holds the probe of the tenant's unreachable
-	// WhatsApp number (number.go).
-	probingNumber bool
+	// probing[d.idx]: this run holds the probe of the tenant's unreachable
+	// dependency d (dependency.go: its handler, its WhatsApp number).
+	probing [2]bool
 	// swept: this run checked the tenant's other unchecked sends
 	// (checkUnchecked) once already.
 	swept bool
@@ -230,7 +228,7 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 			return out, err
 		}
 	}
-	if st.kind == "handle" && r.tenant.HandlerURL != "" && r.handlerOutage() {
+	if st.kind == "handle" && r.tenant.HandlerURL != "" && r.outage(handlerDep) {
 		if out, ok, err := r.probeHandler(ctx, st); err != nil || !ok {
 			return out, err
 		}
@@ -263,7 +261,7 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 			return out, err
 		}
 	}
-	if st.kind == "send" && r.numberOutage() {
+	if st.kind == "send" && r.outage(numberDep) {
 		// The attempt is recorded: one send at a time probes the number.
 		if out, ok, err := r.probeNumber(ctx, st); err != nil || !ok {
 			return out, err
@@ -301,10 +299,10 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 	r.d.cfg.Metrics.Call(st.kind, time.Since(callStart), err)
 	var f *failure
 	if st.kind == "handle" && (err == nil || errors.As(err, &f) && f.action != actUnreachable && !f.silent) {
-		r.handlerAnswered(ctx)
+		r.answered(ctx, handlerDep)
 	}
 	if st.kind == "send" && (err == nil || errors.As(err, &f) && f.answered) {
-		r.numberAnswered(ctx)
+		r.answered(ctx, numberDep)
 	}
 	if r.d.hooks.afterEffect != nil {
 		r.d.hooks.afterEffect(st.id)
@@ -591,14 +589,14 @@ const deadLetterQuery = `SELECT ordo.dead_letter($1, $2, $3, $4, $5, $6, $7, $8:
 // sending, or — permanent, or out of attempts — dead-letter the message.
 func (r *run) failed(ctx context.Context, m message, st *step, f *failure) (outcome, error) {
 	entry := errorEntry(st.attempts, f.msg, f.class)
-	if st.kind == "send" && f.reach != whatsapp.Reached && (r.tenant.NumberDownSince == nil || r.numberOutage()) {
+	if st.kind == "send" && f.reach != whatsapp.Reached && !r.pastLimit(numberDep) {
 		// Evidence that the number is away (number.go); past the outage
 		// limit its failures count as attempts again.
 		if out, handled, err := r.numberFailed(ctx, st, f, entry); err != nil || handled {
 			return out, err
 		}
 	}
-	if f.action == actUnreachable && (r.handlerOutage() || r.tenant.HandlerDownSince == nil) {
+	if f.action == actUnreachable && !r.pastLimit(handlerDep) {
 		// The handler's reachability (reachability.go); past the outage
 		// limit, or without the evidence, a failure counts as an attempt.
 		if out, handled, err := r.handlerFailed(ctx, st, f, entry); err != nil || handled {

@@ -131,3 +131,47 @@ func TestClaimAloneNeverHoldsOneRowWhileWaitingForAnother(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A halted conversation found in the ready set (a dead letter under halt
+// waits for an operator, out of the ready set) leaves it in the claim that
+// finds it, and the claim goes on to the tenant's next due conversation:
+// no drain is started for it, and it is not found again.
+func TestClaimTakesAHaltedConversationOutOfTheReadySet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn := connectAs(t, sqltest.URL(t), "claim")
+	for _, q := range []string{
+		`INSERT INTO ordo.tenants (slug, send_rate) VALUES ('acme', 0)`,
+		`SELECT ordo.enqueue_message('acme', 'halted', 'h1', 'outbound', '{"type":"text","text":{"body":"x"}}', checked => true)`,
+		`SELECT ordo.enqueue_message('acme', 'next', 'n1', 'outbound', '{"type":"text","text":{"body":"x"}}', checked => true)`,
+		// Halted, its ready row due first (as a race with a halt leaves it).
+		`UPDATE ordo.conversations SET halted_at = now() WHERE conversation_id = 'halted'`,
+		`UPDATE ordo.ready r SET due_at = now() - CASE WHEN c.conversation_id = 'halted' THEN interval '2 seconds' ELSE interval '1 second' END
+		 FROM ordo.conversations c WHERE c.id = r.conversation_pk`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var claimed string
+	if err := conn.QueryRow(ctx, `SELECT conversation_id FROM ordo.claim((SELECT id FROM ordo.tenants WHERE slug = 'acme'), 0, 0, true, 30000, NULL, NULL, NULL) LIMIT 1`).Scan(&claimed); err != nil {
+		t.Fatal(err)
+	}
+	if claimed != "next" {
+		t.Fatalf("claimed %q, want the conversation after the halted one", claimed)
+	}
+	var ready int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM ordo.ready r JOIN ordo.conversations c ON c.id = r.conversation_pk WHERE c.conversation_id = 'halted'`).Scan(&ready); err != nil {
+		t.Fatal(err)
+	}
+	if ready != 0 {
+		t.Fatal("the halted conversation is still in the ready set")
+	}
+	var locks int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`).Scan(&locks); err != nil {
+		t.Fatal(err)
+	}
+	if locks != 1 {
+		t.Fatalf("the claim's session holds %d advisory locks, want 1 (the claimed conversation's)", locks)
+	}
+}

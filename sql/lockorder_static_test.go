@@ -11,11 +11,12 @@ import (
 )
 
 // lockLevels is sql/LOCKING.md's order: a path takes each level's rows
-// before the next level's. Tables not listed (events, leases, sandbox
+// before the next level's (a tenant's dependency rows come right after the
+// tenant row: level 1.5, "1b" there). Tables not listed (events, leases, sandbox
 // sends, keys, credentials) are outside the order: LOCKING.md says why each
 // touches nothing else.
-var lockLevels = map[string]int{
-	"tenants": 1, "conversations": 2, "send_pacing": 3, "steps": 4,
+var lockLevels = map[string]float64{
+	"tenants": 1, "dependencies": 1.5, "conversations": 2, "send_pacing": 3, "steps": 4,
 	"messages": 5, "dead_letters": 6, "ready": 7, "river_job": 8, "audit_log": 9,
 }
 
@@ -118,7 +119,7 @@ func lockOrderViolations(funcs map[string]string) []string {
 		if _, ok := lockOrderExceptions[name]; ok {
 			continue
 		}
-		held, top, topTable := map[string]bool{}, 0, ""
+		held, top, topTable := map[string]bool{}, 0.0, ""
 		for _, t := range expand(name, map[string]bool{}) {
 			level, ordered := lockLevels[t]
 			if !ordered || held[t] {
@@ -126,7 +127,7 @@ func lockOrderViolations(funcs map[string]string) []string {
 			}
 			held[t] = true
 			if level < top {
-				out = append(out, fmt.Sprintf("ordo.%s locks %s (level %d) after %s (level %d)", name, t, level, topTable, top))
+				out = append(out, fmt.Sprintf("ordo.%s locks %s (level %g) after %s (level %g)", name, t, level, topTable, top))
 			}
 			if level > top {
 				top, topTable = level, t
@@ -163,13 +164,18 @@ func TestFunctionsTakeLocksInTheWrittenOrder(t *testing.T) {
 		t.Error(v)
 	}
 	// The check can fail: a function that writes a step before its
-	// conversation, or calls one that does after a later level.
+	// conversation, or calls one that does after a later level, or takes a
+	// dependency's row after a conversation's.
 	bad := map[string]string{
 		"step_then_conv":   `UPDATE ordo.steps SET status = 'x'; PERFORM 1 FROM ordo.conversations c WHERE c.id = 1 FOR NO KEY UPDATE;`,
 		"ready_then_fence": `UPDATE ordo.ready SET due_at = now(); PERFORM ordo.check_fence(1, 2);`,
 		"check_fence":      funcs["check_fence"],
+		// A dependency's row after a conversation's: back up the order.
+		"conv_then_dependency": `PERFORM ordo.check_fence(1, 2); PERFORM ordo.dependency_back(1, 'handler');`,
+		"dependency_back":      funcs["dependency_back"],
+		"wake_waiting":         funcs["wake_waiting"],
 	}
-	if got := lockOrderViolations(bad); len(got) != 2 {
-		t.Fatalf("the check found %d violations in two bad functions: %v", len(got), got)
+	if got := lockOrderViolations(bad); len(got) != 3 {
+		t.Fatalf("the check found %d violations in three bad functions: %v", len(got), got)
 	}
 }

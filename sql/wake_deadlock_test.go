@@ -10,7 +10,7 @@ import (
 
 // An application's transaction enqueues to conversation b, then a, of a
 // tenant whose handler comes back (or whose sending is resumed) meanwhile.
-// ordo.handler_back and ordo.resume_sending used to lock every waiting
+// ordo.dependency_back and ordo.resume_sending used to lock every waiting
 // conversation of the tenant in conversation order, waiting for each: they
 // took a, waited for b (held by the application), and the application's
 // enqueue to a waited for them — a deadlock (the chaos run, seed 1). They
@@ -18,7 +18,10 @@ import (
 func TestWakingATenantNeverWaitsForAnApplicationsRows(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ name, mark, wake, state string }{
-		{"handler back", "handler_wait", `SELECT ordo.handler_back(id) FROM ordo.tenants`, `UPDATE ordo.tenants SET handler_down_since = now(), handler_probe_at = now()`},
+		{"handler back", "handler_wait", `SELECT ordo.dependency_back(id, 'handler') FROM ordo.tenants`,
+			`INSERT INTO ordo.dependencies (tenant_id, what, down_since, probe_at) SELECT id, 'handler', now(), now() FROM ordo.tenants`},
+		{"number back", "number_wait", `SELECT ordo.dependency_back(id, 'number') FROM ordo.tenants`,
+			`INSERT INTO ordo.dependencies (tenant_id, what, down_since, probe_at) SELECT id, 'number', now(), now() FROM ordo.tenants`},
 		{"sending resumed", "paused_wait", `SELECT ordo.resume_sending(id) FROM ordo.tenants`, `UPDATE ordo.tenants SET sending_paused_at = now(), sending_paused_reason = 'test'`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

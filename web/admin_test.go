@@ -215,8 +215,9 @@ func TestAdminAuthCSRFAndSecrets(t *testing.T) {
 		t.Errorf("a paused tenant shows as %+v", paused[0])
 	}
 	// A dependency away shows too (issue 23: "the admin page shows it").
-	if _, err := e.Pool.Exec(context.Background(), `UPDATE ordo.tenants SET handler_down_since = now(), handler_down_reason = 'connection refused',
-		number_down_since = now(), number_down_reason = '503 (131016)'`); err != nil {
+	if _, err := e.Pool.Exec(context.Background(), `INSERT INTO ordo.dependencies (tenant_id, what, down_since, down_reason)
+		SELECT id, 'handler', now(), 'connection refused' FROM ordo.tenants
+		UNION ALL SELECT id, 'number', now(), '503 (131016)' FROM ordo.tenants`); err != nil {
 		t.Fatal(err)
 	}
 	away := decode[struct{ Items []engine.AdminTenant }](t, e.call(t, request{method: http.MethodGet, path: "/admin/api/tenants", header: auth})).Items

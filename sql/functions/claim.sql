@@ -32,7 +32,9 @@
 --     and its first step started when it may start now
 --     (ordo.next_step): one row per step of that message (one
 --     with NULL step_* when it has none, NULL message_* when there is no
---     next message), slot the slot it holds.
+--     next message), slot the slot it holds. A halted conversation found
+--     there (a dead letter under halt) leaves the ready set here, and the
+--     walk goes on.
 -- p_release_slot of tenant p_release_tenant — the slot of the runner's
 -- previous drain — is released first. more says another due conversation of
 -- the tenant was left behind: the scheduler wakes one more runner.
@@ -47,7 +49,7 @@ CREATE OR REPLACE FUNCTION ordo.claim(
     p_tenant bigint, p_cap int, p_max int, p_alone boolean, p_lease_ms int, p_phone text,
     p_release_tenant bigint, p_release_slot int)
 RETURNS TABLE (
-    conv bigint, fence bigint, conversation_id text, head_seq bigint, last_seq bigint, halted boolean,
+    conv bigint, fence bigint, conversation_id text, head_seq bigint, last_seq bigint,
     slot int, more boolean, batched boolean, credential_at timestamptz,
     message_pk bigint, message_id text, seq bigint, direction text, payload jsonb,
     step_id bigint, step_idx int, step_kind text, step_status text, step_request jsonb, step_attempts int,
@@ -76,6 +78,7 @@ DECLARE
     v_ok    bigint[];
     v_more  boolean := false;
     v_held  boolean := false; -- alone: a candidate's row taken (FOR UPDATE) already
+    v_halted bigint[] := '{}'; -- alone: halted candidates, out of the ready set
     v_slot  int;
     v_start int;
     v_conv  bigint;
@@ -187,6 +190,15 @@ BEGIN
                     PERFORM ordo.drain_unlock(v_cand.id, NULL); -- deleted, or not due any more
                     CONTINUE;
                 END IF;
+                IF v_c.halted THEN
+                    -- Halted on a dead letter: it waits for an operator out
+                    -- of the ready set (below: ready rows come last in the
+                    -- lock order), until a replay or skip puts it back
+                    -- (ordo.resolve_dead_letter).
+                    v_halted := v_halted || v_cand.id;
+                    PERFORM ordo.drain_unlock(v_cand.id, NULL);
+                    CONTINUE;
+                END IF;
                 v_conv := v_cand.id;
             END IF;
         END LOOP;
@@ -194,30 +206,26 @@ BEGIN
             IF v_slot IS NOT NULL THEN
                 PERFORM pg_advisory_unlock(-1 - v_slot, p_tenant::int);
             END IF;
-            RETURN;
-        END IF;
-        IF v_c.halted THEN
-            -- The drain only takes it out of the ready set (jobs/drain.go).
-            RETURN QUERY SELECT v_conv, v_c.fence, v_c.conversation_id, v_c.head_seq, v_c.last_seq, true, v_slot, v_more, false, v_cred,
-                NULL::bigint, NULL::text, NULL::bigint, NULL::text, NULL::jsonb,
-                NULL::bigint, NULL::int, NULL::text, NULL::text, NULL::jsonb, NULL::int, NULL::interval, NULL::text, NULL::text, NULL::boolean;
         ELSE
             -- Its next message, and that message's first step started when
             -- it may start now (steps, send slot, message: before the ready
             -- row, in the lock order).
             RETURN QUERY
-            SELECT v_conv, v_c.fence, v_c.conversation_id, v_c.head_seq, v_c.last_seq, false, v_slot, v_more, false, v_cred,
+            SELECT v_conv, v_c.fence, v_c.conversation_id, v_c.head_seq, v_c.last_seq, v_slot, v_more, false, v_cred,
                    n.message_pk, n.message_id, n.seq, n.direction, n.payload,
                    n.step_id, n.step_idx, n.step_kind, n.step_status, n.step_request, n.step_attempts,
                    n.since_start, n.provider_status, n.provider_message_id, n.started
             FROM (SELECT 1) one
             LEFT JOIN LATERAL ordo.next_step(v_conv, v_c.fence, v_c.head_seq, p_tenant, p_phone) n ON true;
         END IF;
-        -- Running, and due again after the lease: a drain that dies is
-        -- claimed again then.
-        UPDATE ordo.ready r SET due_at = now() + make_interval(secs => p_lease_ms::float8 / 1000), running = true, woken = false
-        WHERE r.conversation_pk = v_conv;
-        PERFORM ordo.drain_lease(p_lease_ms);
+        DELETE FROM ordo.ready r WHERE r.conversation_pk = ANY (v_halted);
+        IF v_conv IS NOT NULL THEN
+            -- Running, and due again after the lease: a drain that dies is
+            -- claimed again then.
+            UPDATE ordo.ready r SET due_at = now() + make_interval(secs => p_lease_ms::float8 / 1000), running = true, woken = false
+            WHERE r.conversation_pk = v_conv;
+            PERFORM ordo.drain_lease(p_lease_ms);
+        END IF;
         RETURN;
     END IF;
 
@@ -256,7 +264,7 @@ BEGIN
     rd AS (
         UPDATE ordo.ready r SET due_at = now() + make_interval(secs => p_lease_ms::float8 / 1000), running = true, woken = false
         FROM q WHERE r.conversation_pk = q.id)
-    SELECT u.id, u.fence, q.conversation_id, q.head_seq, q.last_seq, false, NULL::int, v_more, true, v_cred,
+    SELECT u.id, u.fence, q.conversation_id, q.head_seq, q.last_seq, NULL::int, v_more, true, v_cred,
            q.mpk, q.message_id, q.seq, 'outbound'::text, q.payload,
            st.id, 0, 'send'::text, 'running'::text, q.payload, 1, interval '0', NULL::text, NULL::text, true
     FROM q JOIN u ON u.id = q.id JOIN st ON st.message_pk = q.mpk;

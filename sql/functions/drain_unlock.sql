@@ -5,7 +5,7 @@
 -- it is (ordo.claim letting a conversation it tried go). False when the lock
 -- was not held (a fenced drain whose session Postgres ended, on a new
 -- connection). A drain ends through here — ordo.finish_step,
--- ordo.park_conversation, the drain's own finish and unlock
+-- ordo.park_conversation, the drain's own unlock when it ends otherwise
 -- (jobs/session.go) — or, for a batch's conversations, set-based in
 -- ordo.finish_batch through the same key.
 --

@@ -2,7 +2,7 @@
 -- that became done) in their tenants' minute of ordo.stats_minutes (the
 -- overview's sent/min), the handler's answers (handle steps that became
 -- done or waiting for posted replies: handled, the evidence that voids a
--- suspicion of the handler, ordo.handler_failed) and, for each message's first send, the time from its
+-- suspicion of the handler, ordo.dependency_failed) and, for each message's first send, the time from its
 -- acceptance into the latency histogram (bucket 1: under 1 ms; bucket i:
 -- [1.25^(i-2), 1.25^(i-1)) ms; the last bucket also holds anything longer).
 -- Sharded as ordo.stats_on_message.

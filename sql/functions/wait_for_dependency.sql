@@ -6,27 +6,28 @@
 -- whether it is. False: it came back meanwhile, nothing is marked, and the
 -- caller goes on at once instead of waiting.
 --
--- The tenant row is read FOR SHARE first, so the way back
--- (ordo.handler_back, ordo.number_back, ordo.resume_sending: an update of
--- the tenant row, then ordo.wake_waiting) comes wholly before this
+-- The row that says it is away is read FOR SHARE first — the dependency's
+-- (ordo.dependencies) for a handler or a number, the tenant's for its
+-- sending — so the way back (ordo.dependency_back, ordo.resume_sending: an
+-- update of that row, then ordo.wake_waiting) comes wholly before this
 -- transaction, and is seen here, or wholly after it, and sees the mark.
 -- Without it, a way back between a drain's "away, wait" and its mark found
 -- nothing to wake, and the conversation waited out its park (a minute for
 -- a handler; make chaos-ha).
 --
--- Locks: the tenant row (FOR SHARE: it waits for a tenant write, never for
--- an import's KEY SHARE), then the conversation row (ordo.check_fence),
--- sql/LOCKING.md. Fenced (ORF01).
+-- Locks: the tenant row or the dependency's (FOR SHARE: it waits for a
+-- write of it, never for an import's KEY SHARE), then the conversation row
+-- (ordo.check_fence), sql/LOCKING.md. Fenced (ORF01).
 CREATE OR REPLACE FUNCTION ordo.wait_for_dependency(p_tenant bigint, p_for text, p_conv bigint, p_fence bigint)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM 1 FROM ordo.tenants t
-    WHERE t.id = p_tenant
-      AND CASE p_for WHEN 'sending' THEN t.sending_paused_at IS NOT NULL
-                     WHEN 'number'  THEN t.number_down_since IS NOT NULL
-                     ELSE t.handler_down_since IS NOT NULL END
-    FOR SHARE;
+    IF p_for = 'sending' THEN
+        PERFORM 1 FROM ordo.tenants t WHERE t.id = p_tenant AND t.sending_paused_at IS NOT NULL FOR SHARE;
+    ELSE
+        PERFORM 1 FROM ordo.dependencies d
+        WHERE d.tenant_id = p_tenant AND d.what = p_for AND d.down_since IS NOT NULL FOR SHARE;
+    END IF;
     IF NOT FOUND THEN
         PERFORM ordo.check_fence(p_conv, p_fence);
         RETURN false;

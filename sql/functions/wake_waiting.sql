@@ -2,8 +2,7 @@
 -- for what p_for names — 'sending' (paused_wait: its sending was paused),
 -- 'handler' (handler_wait: its handler was unreachable) or 'number'
 -- (number_wait: the Cloud API did not serve its number) — once that is
--- over (ordo.resume_sending, ordo.handler_back, ordo.number_back), and
--- clears their mark.
+-- over (ordo.resume_sending, ordo.dependency_back), and clears their mark.
 --
 -- A drain that finds the tenant paused or its handler away marks its
 -- conversation in a transaction that holds the conversation row. So that
@@ -22,9 +21,9 @@
 -- it records next for its own reasons (a handler's Retry-After, a backoff),
 -- as ordo.park_conversation ends a woken drain's wait at once.
 --
--- Locks: after the caller's tenant row, each conversation in ingest's
--- order (waiting at most 200 ms for each), then its ready row
--- (sql/LOCKING.md).
+-- Locks: after the caller's tenant row or dependency row, each
+-- conversation in ingest's order (waiting at most 200 ms for each), then
+-- its ready row (sql/LOCKING.md).
 CREATE OR REPLACE FUNCTION ordo.wake_waiting(p_tenant bigint, p_for text, p_prober bigint DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
