@@ -27,6 +27,8 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	ordosql "github.com/ordo-dev/ordo/sql"
 )
 
 const (
@@ -38,7 +40,7 @@ const (
 	// run again one by one.
 	defaultMaxBatch = 64
 	// batchTimeout bounds one batch, whose context is no single caller's.
-	batchTimeout = 30 * time.Second
+	batchTimeout = WriteTimeout
 	// batchLockTimeout bounds how long a batch waits for any row lock (a
 	// conversation held by an application's long transaction, say). A batch
 	// that would wait longer fails at once and its messages run on their
@@ -258,9 +260,14 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 		}
 		return
 	}
-	if len(live) == 1 && !isLockTimeout(err) {
+	if len(live) == 1 && !isLockTimeout(err) || errors.Is(err, ordosql.ErrCommitUnconfirmed) {
 		// A batch of one is the single path: its error is the message's own.
-		live[0].done <- ingestResult{err: translate(err, "enqueue message")}
+		// A commit without its standby's confirmation stored every message
+		// on the primary: each is answered 503, and not run again, which
+		// would answer a first offer "duplicate".
+		for _, c := range live {
+			c.done <- ingestResult{err: translate(err, "enqueue message")}
+		}
 		return
 	}
 	// The whole transaction rolled back (one bad message, a deadlock, a lost
@@ -325,12 +332,9 @@ func (e *Engine) ingestEach(calls []*ingestCall) {
 }
 
 // ingestOne accepts m in a transaction of its own whose lock waits are
-// bounded by LockTimeout.
+// bounded by LockTimeout, committed durably (writeTx).
 func (e *Engine) ingestOne(ctx context.Context, m NewMessage) (a Accepted, err error) {
-	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, lockTimeoutQuery, lockTimeoutSetting); err != nil {
-			return err
-		}
+	err = e.writeTx(ctx, func(tx pgx.Tx) error {
 		a, err = e.ingestTx(ctx, tx, m) // checked by Ingest
 		return err
 	})
@@ -362,7 +366,15 @@ func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]inges
 		}
 		batch.Queue(enqueueQuery, c.msg.Tenant, c.msg.ConversationID, c.msg.MessageID, dir, c.msg.Payload, c.msg.onReuse())
 	}
-	br := e.pool.SendBatch(ctx, batch)
+	for _, q := range ordosql.PrepareCommitStatements {
+		batch.Queue(q)
+	}
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	br := conn.SendBatch(ctx, batch)
 	for range 1 + len(keys) {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
@@ -384,8 +396,16 @@ func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]inges
 		}
 		out[i].accepted = a
 	}
-	// Close reads up to the Sync: only now is the transaction committed.
-	if err := br.Close(); err != nil {
+	for range ordosql.PrepareCommitStatements {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+	}
+	// Close reads up to the Sync: only now is the transaction committed,
+	// and durable unless the commit came back with a WARNING (commit.go).
+	watch := ordosql.WatchCommit(conn.Conn().PgConn())
+	if err := e.checkCommit(ctx, watch, br.Close()); err != nil {
 		return nil, err
 	}
 	// A duplicate answers with its original's conversation and status, read
@@ -395,7 +415,7 @@ func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]inges
 	// be planned as a scan of the whole table. Duplicates are rare.
 	for _, i := range dups {
 		a := &out[i].accepted
-		if err := e.pool.QueryRow(ctx, originalQuery, ids[i]).Scan(&a.ConversationID, &a.Status); err != nil {
+		if err := conn.QueryRow(ctx, originalQuery, ids[i]).Scan(&a.ConversationID, &a.Status); err != nil {
 			out[i] = ingestResult{err: translate(err, "read original message")}
 		}
 	}

@@ -92,7 +92,7 @@ var errLeaseLost = &Error{Code: CodeConflict, Message: "token: does not hold thi
 // greater token; CodeConflict while another token holds it.
 func (e *Engine) AcquireLease(ctx context.Context, tenantID int64, key string, ttl time.Duration) (Lease, error) {
 	l := Lease{Key: key}
-	err := e.pool.QueryRow(ctx, acquireLeaseQuery, tenantID, key, float64(ttl.Milliseconds())).Scan(&l.Token, &l.ExpiresAt)
+	err := e.writeRow(ctx, func(r pgx.Row) error { return r.Scan(&l.Token, &l.ExpiresAt) }, acquireLeaseQuery, tenantID, key, float64(ttl.Milliseconds()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Lease{}, errLeaseHeld
 	}
@@ -106,7 +106,7 @@ func (e *Engine) AcquireLease(ctx context.Context, tenantID int64, key string, t
 // when token no longer holds it.
 func (e *Engine) RenewLease(ctx context.Context, tenantID int64, key string, token int64, ttl time.Duration) (Lease, error) {
 	l := Lease{Key: key}
-	err := e.pool.QueryRow(ctx, renewLeaseQuery, tenantID, key, token, float64(ttl.Milliseconds())).Scan(&l.Token, &l.ExpiresAt)
+	err := e.writeRow(ctx, func(r pgx.Row) error { return r.Scan(&l.Token, &l.ExpiresAt) }, renewLeaseQuery, tenantID, key, token, float64(ttl.Milliseconds()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Lease{}, errLeaseLost
 	}
@@ -120,7 +120,7 @@ func (e *Engine) RenewLease(ctx context.Context, tenantID int64, key string, tok
 // wait for its expiry; CodeConflict when a newer token was issued since.
 func (e *Engine) ReleaseLease(ctx context.Context, tenantID int64, key string, token int64) (Lease, error) {
 	l := Lease{Key: key}
-	err := e.pool.QueryRow(ctx, releaseLeaseQuery, tenantID, key, token).Scan(&l.Token, &l.ExpiresAt)
+	err := e.writeRow(ctx, func(r pgx.Row) error { return r.Scan(&l.Token, &l.ExpiresAt) }, releaseLeaseQuery, tenantID, key, token)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Lease{}, errLeaseLost
 	}

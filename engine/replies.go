@@ -38,10 +38,7 @@ func (e *Engine) PostReplies(ctx context.Context, tenantID int64, messageID stri
 		verdict string
 		reason  *string
 	)
-	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, lockTimeoutQuery, lockTimeoutSetting); err != nil {
-			return err
-		}
+	err := e.writeTx(ctx, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, postRepliesQuery, tenantID, messageID, replies).Scan(&verdict, &reason, &out.Replies)
 	})
 	if err != nil {

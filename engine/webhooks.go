@@ -102,10 +102,7 @@ func (e *Engine) StoreWebhook(ctx context.Context, t WebhookTenant, wh whatsapp.
 			res    WebhookResult
 			billed map[string]int // new billable messages by category
 		)
-		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, lockTimeoutQuery, lockTimeoutSetting); err != nil {
-				return err
-			}
+		err := e.writeTx(ctx, func(tx pgx.Tx) error {
 			// Conversations first (the messages), then steps (the statuses).
 			for _, m := range msgs {
 				payload := storable(m.Payload)

@@ -24,6 +24,7 @@ import (
 	"github.com/ordo-dev/ordo/jobs"
 	"github.com/ordo-dev/ordo/jobs/metrics"
 	"github.com/ordo-dev/ordo/jobs/outage"
+	ordosql "github.com/ordo-dev/ordo/sql"
 	"github.com/ordo-dev/ordo/tenants"
 	"github.com/ordo-dev/ordo/web"
 )
@@ -218,5 +219,8 @@ func poolConfig(url string, workers int) (*pgxpool.Config, error) {
 	if !strings.Contains(url, "pool_max_conn_idle_time") {
 		poolCfg.MaxConnIdleTime = PoolIdleDefault
 	}
+	// A commit that gave up its synchronous standby is answered 503, not
+	// 2xx (engine/commit.go): the engine watches its commits' warnings.
+	ordosql.WatchCommits(&poolCfg.ConnConfig.Config)
 	return poolCfg, nil
 }
