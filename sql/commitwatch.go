@@ -9,10 +9,12 @@ package sql
 // WARNING ("canceling wait for synchronous replication due to user
 // request"). The transaction is committed on the primary only; a failover
 // to the standby loses it. A write that answers its user after its commit
-// must therefore (1) let no cancel reach its commit (PrepareCommitQuery,
-// and pgx's default context handling, which closes the connection and
-// never sends a CancelRequest) and (2) treat a WARNING received during its
-// commit as "not durable" (WatchCommits, WatchCommit). See
+// must therefore (1) let no cancel reach its commit: PrepareCommitQuery,
+// and a context no request can end (pgx answers a context that ends
+// mid-query by closing the connection, and its close sends a
+// CancelRequest first: pgconn's asyncClose), and (2) treat a WARNING
+// received during its commit as "not durable" (WatchCommits,
+// WatchCommit). See
 // engine/README.md, "A write's commit".
 
 import (
