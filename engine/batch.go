@@ -366,9 +366,7 @@ func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]inges
 		}
 		batch.Queue(enqueueQuery, c.msg.Tenant, c.msg.ConversationID, c.msg.MessageID, dir, c.msg.Payload, c.msg.onReuse())
 	}
-	for _, q := range ordosql.PrepareCommitStatements {
-		batch.Queue(q)
-	}
+	queuePrepareCommit(batch)
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -396,16 +394,7 @@ func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]inges
 		}
 		out[i].accepted = a
 	}
-	for range ordosql.PrepareCommitStatements {
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return nil, err
-		}
-	}
-	// Close reads up to the Sync: only now is the transaction committed,
-	// and durable unless the commit came back with a WARNING (commit.go).
-	watch := ordosql.WatchCommit(conn.Conn().PgConn())
-	if err := e.checkCommit(ctx, watch, br.Close()); err != nil {
+	if err := e.commitBatch(ctx, conn, br); err != nil {
 		return nil, err
 	}
 	// A duplicate answers with its original's conversation and status, read

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	ordosql "github.com/ordo-dev/ordo/sql"
 )
@@ -103,15 +104,33 @@ func (e *Engine) writeRow(ctx context.Context, scan func(pgx.Row) error, query s
 	defer conn.Release()
 	batch := &pgx.Batch{}
 	batch.Queue(query, args...)
-	for _, q := range ordosql.PrepareCommitStatements {
-		batch.Queue(q)
-	}
+	queuePrepareCommit(batch)
 	br := conn.SendBatch(ctx, batch)
 	scanErr := scan(br.QueryRow())
 	if scanErr != nil && !errors.Is(scanErr, pgx.ErrNoRows) {
 		_ = br.Close()
 		return scanErr
 	}
+	if err := e.commitBatch(ctx, conn, br); err != nil {
+		return err
+	}
+	return scanErr
+}
+
+// queuePrepareCommit ends a pipeline's statements with those that keep
+// every cancel away from its commit (ordosql.PrepareCommitStatements);
+// commitBatch reads them.
+func queuePrepareCommit(b *pgx.Batch) {
+	for _, q := range ordosql.PrepareCommitStatements {
+		b.Queue(q)
+	}
+}
+
+// commitBatch reads the results of queuePrepareCommit's statements from
+// br, a pipeline sent on conn whose own results were read, and then its
+// Sync — only then is the implicit transaction committed — durably: a
+// commit that came back with a WARNING is errUnconfirmed (checkCommit).
+func (e *Engine) commitBatch(ctx context.Context, conn *pgxpool.Conn, br pgx.BatchResults) error {
 	for range ordosql.PrepareCommitStatements {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
@@ -119,8 +138,5 @@ func (e *Engine) writeRow(ctx context.Context, scan func(pgx.Row) error, query s
 		}
 	}
 	watch := ordosql.WatchCommit(conn.Conn().PgConn())
-	if err := e.checkCommit(ctx, watch, br.Close()); err != nil {
-		return err
-	}
-	return scanErr
+	return e.checkCommit(ctx, watch, br.Close())
 }

@@ -19,6 +19,7 @@ package sql
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -36,7 +37,7 @@ import (
 //
 // Two statements in one string: run it with the simple protocol (pgx's
 // Exec without arguments does).
-const PrepareCommitQuery = `SELECT set_config('lock_timeout', '0', true), set_config('statement_timeout', '0', true); SELECT 1`
+var PrepareCommitQuery = strings.Join(PrepareCommitStatements, "; ")
 
 // PrepareCommitStatements is PrepareCommitQuery as separate statements,
 // for a pipeline (pgx.Batch), which cannot hold two in one query.
