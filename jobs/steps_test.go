@@ -252,7 +252,7 @@ func TestEnqueueInCallerTransaction(t *testing.T) {
 	}
 	for _, bad := range []struct{ conv, id, want string }{
 		{"", "x", "conversation_id: required"},
-		{"c\x01", "x", "conversation_id: must be 1 to 256 printable characters"},
+		{"c\x01", "x", "conversation_id: must be 1 to 256 printable characters, without control characters or line separators: U+0001 at character 2"},
 		{"c", string(make([]byte, 0)), "message_id: required"},
 	} {
 		_, err := b.Engine.Ingest(ctx, engine.NewMessage{Tenant: "acme", ConversationID: bad.conv, MessageID: bad.id, Payload: jobstest.Outbound("c", "x")})

@@ -4,18 +4,13 @@ package web
 // UTF-16 surrogate escape in jsonb, NUL in text), and Go's decoder silently
 // turns a lone surrogate into U+FFFD, which would make two different ids one
 // message. So a REST body is checked byte by byte before it is decoded, and
-// ids are checked for what the contract allows.
+// ids are checked for what the contract allows, by the rule every way in
+// shares.
 
 import (
-	"unicode"
-	"unicode/utf8"
-
 	"github.com/ordo-dev/ordo/engine"
 	"github.com/ordo-dev/ordo/jobs/whatsapp"
 )
-
-// MaxIDLength is the longest message_id or conversation_id, in characters.
-const MaxIDLength = 256
 
 // checkText refuses a body that Postgres's jsonb cannot hold as it is and
 // that the decoder would repair in silence: invalid UTF-8, a \u0000 escape,
@@ -28,27 +23,13 @@ func checkText(body []byte) error {
 	return nil
 }
 
-// checkID enforces the contract's ids (message_id, conversation_id): 1 to
-// MaxIDLength characters, no control characters, no space at either end.
-// An id is never altered to fit: it is taken as it is or refused.
+// checkID holds an id (message_id, conversation_id, any key a request
+// names) to ordo's one rule, whatsapp.CheckID, and words a refusal as the
+// contract's 400, naming the field. ordo.enqueue_message applies the same rule
+// in SQL (ordo.id_problem); this answers before a transaction.
 func checkID(field, id string) error {
-	switch {
-	case id == "":
-		return engine.Errorf(engine.CodeInvalid, "%s: required", field)
-	case !utf8.ValidString(id):
-		return engine.Errorf(engine.CodeInvalid, "%s: not valid UTF-8", field)
-	case utf8.RuneCountInString(id) > MaxIDLength:
-		return engine.Errorf(engine.CodeInvalid, "%s: longer than %d characters", field, MaxIDLength)
-	}
-	for _, r := range id {
-		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
-			return engine.Errorf(engine.CodeInvalid, "%s: must not contain NUL or other control characters", field)
-		}
-	}
-	first, _ := utf8.DecodeRuneInString(id)
-	last, _ := utf8.DecodeLastRuneInString(id)
-	if unicode.IsSpace(first) || unicode.IsSpace(last) {
-		return engine.Errorf(engine.CodeInvalid, "%s: must not start or end with a space", field)
+	if err := whatsapp.CheckID(id); err != nil {
+		return engine.Errorf(engine.CodeInvalid, "%s: %s", field, err)
 	}
 	return nil
 }

@@ -13,7 +13,10 @@ import (
 // other half. A message the schema accepts is checked with it before it is
 // stored: a handler's reply refused here is a dead letter that says why; a
 // reply stored as is would fail the write of its step.
-func CheckText(b []byte) error {
+func CheckText(b []byte) error { return checkText(b, true) }
+
+// checkText is CheckText, refusing a \u0000 escape only when nul is set.
+func checkText(b []byte, nul bool) error {
 	if !utf8.Valid(b) {
 		return errors.New("not valid UTF-8")
 	}
@@ -31,7 +34,7 @@ func CheckText(b []byte) error {
 			continue
 		}
 		switch {
-		case r == 0:
+		case r == 0 && nul:
 			return fmt.Errorf("a NUL (\\u0000) at byte %d: text must not contain NUL characters", i)
 		case r >= 0xd800 && r < 0xdc00:
 			if lo, ok := hex4(b, i+8); ok && i+7 < len(b) && b[i+6] == '\\' && b[i+7] == 'u' && lo >= 0xdc00 && lo < 0xe000 {

@@ -16,16 +16,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 )
 
 // WebhookObject is the "object" of every WhatsApp Business webhook.
 const WebhookObject = "whatsapp_business_account"
-
-// MaxIDLength is the longest id (message id, conversation id, phone number
-// id) a parsed webhook may carry, in characters: ordo's limit for keys.
-const MaxIDLength = 256
 
 // signaturePrefix starts the X-Hub-Signature-256 header.
 const signaturePrefix = "sha256="
@@ -76,7 +70,7 @@ func VerifyHandshake(q url.Values, verifyToken string) (challenge string, ok boo
 		return "", false
 	}
 	challenge = q.Get("hub.challenge")
-	if validID(challenge) != nil {
+	if CheckID(challenge) != nil {
 		return "", false
 	}
 	return challenge, true
@@ -195,28 +189,28 @@ type (
 		Statuses []json.RawMessage `json:"statuses"`
 	}
 	webhookMetadata struct {
-		PhoneNumberID string `json:"phone_number_id"`
+		PhoneNumberID metaID `json:"phone_number_id"`
 	}
 	webhookContact struct {
-		WaID   string `json:"wa_id"`
-		UserID string `json:"user_id"`
+		WaID   metaID `json:"wa_id"`
+		UserID metaID `json:"user_id"`
 	}
 	webhookMessage struct {
-		ID         string   `json:"id"`
-		From       string   `json:"from"`
-		UserID     string   `json:"user_id"`
-		FromUserID string   `json:"from_user_id"`
+		ID         metaID   `json:"id"`
+		From       metaID   `json:"from"`
+		UserID     metaID   `json:"user_id"`
+		FromUserID metaID   `json:"from_user_id"`
 		Timestamp  unixTime `json:"timestamp"`
 		Type       string   `json:"type"`
 	}
 	// webhookMedia is the media object of an image, audio, video,
 	// document or sticker message.
 	webhookMedia struct {
-		ID       string `json:"id"`
+		ID       metaID `json:"id"`
 		MIMEType string `json:"mime_type"`
 	}
 	webhookStatus struct {
-		ID              string          `json:"id"`
+		ID              metaID          `json:"id"`
 		Status          string          `json:"status"`
 		RecipientID     string          `json:"recipient_id"`
 		RecipientUserID string          `json:"recipient_user_id"`
@@ -250,7 +244,8 @@ func (u *unixTime) UnmarshalJSON(b []byte) error {
 // field is "messages" (others are skipped), and their messages[] and
 // statuses[]. It fails on a body that is not a JSON object of object
 // "whatsapp_business_account", and on a message or status without a valid
-// id or sender: ids must be 1 to 256 characters without control characters.
+// id or sender: every id is held to CheckID, and one with a lone UTF-16
+// surrogate escape is refused (metaID).
 func ParseWebhook(body []byte) (Webhook, error) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
@@ -289,7 +284,7 @@ func parseChange(wh *Webhook, raw json.RawMessage) error {
 			return fmt.Errorf("value.metadata: %w", err)
 		}
 		if meta.PhoneNumberID != "" {
-			if err := validID(meta.PhoneNumberID); err != nil {
+			if err := CheckID(string(meta.PhoneNumberID)); err != nil {
 				return fmt.Errorf("value.metadata.phone_number_id: %w", err)
 			}
 		}
@@ -306,14 +301,14 @@ func parseChange(wh *Webhook, raw json.RawMessage) error {
 	}
 
 	for k, rm := range v.Messages {
-		in, err := parseInbound(rm, v.Metadata, meta.PhoneNumberID, v.Contacts, contacts)
+		in, err := parseInbound(rm, v.Metadata, string(meta.PhoneNumberID), v.Contacts, contacts)
 		if err != nil {
 			return fmt.Errorf("value.messages[%d]: %w", k, err)
 		}
 		wh.Messages = append(wh.Messages, in)
 	}
 	for k, rs := range v.Statuses {
-		st, err := parseStatus(rs, meta.PhoneNumberID)
+		st, err := parseStatus(rs, string(meta.PhoneNumberID))
 		if err != nil {
 			return fmt.Errorf("value.statuses[%d]: %w", k, err)
 		}
@@ -327,11 +322,11 @@ func parseInbound(raw, metadata json.RawMessage, phoneNumberID string, rawContac
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return Inbound{}, err
 	}
-	if err := validID(m.ID); err != nil {
+	if err := CheckID(string(m.ID)); err != nil {
 		return Inbound{}, fmt.Errorf("id: %w", err)
 	}
 
-	userID := firstNonEmpty(m.UserID, m.FromUserID)
+	userID := cmp.Or(m.UserID, m.FromUserID)
 	contact := -1
 	for k, c := range contacts {
 		if (m.From != "" && c.WaID == m.From) || (userID != "" && c.UserID == userID) {
@@ -348,11 +343,11 @@ func parseInbound(raw, metadata json.RawMessage, phoneNumberID string, rawContac
 	if contact >= 0 {
 		c = contacts[contact]
 	}
-	conv := firstNonEmpty(userID, c.UserID, c.WaID, m.From)
+	conv := string(cmp.Or(userID, c.UserID, c.WaID, m.From))
 	if conv == "" {
 		return Inbound{}, errors.New("from: required (no from, user_id or contact)")
 	}
-	if err := validID(conv); err != nil {
+	if err := CheckID(conv); err != nil {
 		return Inbound{}, fmt.Errorf("sender id: %w", err)
 	}
 
@@ -367,7 +362,7 @@ func parseInbound(raw, metadata json.RawMessage, phoneNumberID string, rawContac
 	in := Inbound{
 		PhoneNumberID:  phoneNumberID,
 		ConversationID: conv,
-		MessageID:      m.ID,
+		MessageID:      string(m.ID),
 		Timestamp:      m.Timestamp.Time,
 		Type:           m.Type,
 		Payload:        payload,
@@ -377,8 +372,8 @@ func parseInbound(raw, metadata json.RawMessage, phoneNumberID string, rawContac
 		var media webhookMedia
 		// A malformed media object leaves the message without a media id
 		// rather than refuse the delivery: the message itself is kept.
-		if json.Unmarshal(raw, &fields) == nil && json.Unmarshal(fields[m.Type], &media) == nil && validID(media.ID) == nil {
-			in.MediaID, in.MediaMIME = media.ID, truncate(media.MIMEType, 255)
+		if json.Unmarshal(raw, &fields) == nil && json.Unmarshal(fields[m.Type], &media) == nil && CheckID(string(media.ID)) == nil {
+			in.MediaID, in.MediaMIME = string(media.ID), truncate(media.MIMEType, 255)
 		}
 	}
 	return in, nil
@@ -389,7 +384,7 @@ func parseStatus(raw json.RawMessage, phoneNumberID string) (Status, error) {
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return Status{}, err
 	}
-	if err := validID(s.ID); err != nil {
+	if err := CheckID(string(s.ID)); err != nil {
 		return Status{}, fmt.Errorf("id: %w", err)
 	}
 	if s.Status == "" {
@@ -400,7 +395,7 @@ func parseStatus(raw json.RawMessage, phoneNumberID string) (Status, error) {
 	}
 	return Status{
 		PhoneNumberID:   phoneNumberID,
-		MessageID:       s.ID,
+		MessageID:       string(s.ID),
 		Status:          truncate(s.Status, 64),
 		RecipientID:     s.RecipientID,
 		RecipientUserID: s.RecipientUserID,
@@ -409,33 +404,6 @@ func parseStatus(raw json.RawMessage, phoneNumberID string) (Status, error) {
 		Errors:          s.Errors,
 		Pricing:         cleanPricing(s.Pricing),
 	}, nil
-}
-
-// validID enforces ordo's key rule: 1 to MaxIDLength characters of valid
-// UTF-8 and no control characters (Postgres rejects NUL, ordo the rest).
-func validID(id string) error {
-	if id == "" {
-		return errors.New("required")
-	}
-	if !utf8.ValidString(id) {
-		return errors.New("not valid UTF-8")
-	}
-	if n := utf8.RuneCountInString(id); n > MaxIDLength {
-		return fmt.Errorf("%d characters, at most %d", n, MaxIDLength)
-	}
-	if strings.IndexFunc(id, unicode.IsControl) >= 0 {
-		return errors.New("contains control characters")
-	}
-	return nil
-}
-
-func firstNonEmpty(ss ...string) string {
-	for _, s := range ss {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
 }
 
 func isJSONNull(raw json.RawMessage) bool {

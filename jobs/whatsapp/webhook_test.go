@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 )
 
 func TestVerifySignature(t *testing.T) {
@@ -403,13 +402,18 @@ func TestParseWebhookRejects(t *testing.T) {
 		{"message without id", wrap(`{"messages":[{"from":"1","type":"text"}]}`), "messages[0]: id: required"},
 		{"message without sender", wrap(`{"messages":[{"id":"w1","type":"text"}]}`), "messages[0]: from: required"},
 		{"null message", wrap(`{"messages":[null]}`), "messages[0]: id: required"},
-		{"message id too long", wrap(`{"messages":[{"id":"` + long + `","from":"1"}]}`), "257 characters"},
-		{"sender too long", wrap(`{"messages":[{"id":"w1","from":"` + long + `"}]}`), "sender id: 257 characters"},
+		{"message id too long", wrap(`{"messages":[{"id":"` + long + `","from":"1"}]}`), "id: must be 1 to 256 printable characters, not 257"},
+		{"sender too long", wrap(`{"messages":[{"id":"w1","from":"` + long + `"}]}`), "sender id: must be 1 to 256 printable characters, not 257"},
+		{"sender with a trailing space", wrap(`{"messages":[{"id":"w1","from":"1 "}]}`), "sender id: must be 1 to 256 printable characters, without a space at either end"},
+		{"line separator in id", wrap(`{"messages":[{"id":"w\u2028","from":"1"}]}`), "id: must be 1 to 256 printable characters, without control characters or line separators: U+2028"},
+		{"lone surrogate in id", wrap(`{"messages":[{"id":"w\ud800","from":"1"}]}`), "messages[0]: an id is not valid Unicode"},
+		{"lone surrogate in sender", wrap(`{"messages":[{"id":"w1","from":"1\udc00"}]}`), "messages[0]: an id is not valid Unicode"},
+		{"lone surrogate in status id", wrap(`{"statuses":[{"id":"\ud83dw","status":"sent"}]}`), "statuses[0]: an id is not valid Unicode"},
 		{"control character in id", wrap(`{"messages":[{"id":"w\u0000","from":"1"}]}`), "control characters"},
 		{"numeric id", wrap(`{"messages":[{"id":12,"from":"1"}]}`), "messages[0]"},
 		{"status without id", wrap(`{"statuses":[{"status":"sent"}]}`), "statuses[0]: id: required"},
 		{"status without status", wrap(`{"statuses":[{"id":"w1"}]}`), "statuses[0]: status: required"},
-		{"status id too long", wrap(`{"statuses":[{"id":"` + long + `","status":"sent"}]}`), "statuses[0]: id: 257"},
+		{"status id too long", wrap(`{"statuses":[{"id":"` + long + `","status":"sent"}]}`), "statuses[0]: id: must be 1 to 256 printable characters, not 257"},
 		{"phone number id too long", wrap(`{"metadata":{"phone_number_id":"` + long + `"},"messages":[]}`), "phone_number_id"},
 	}
 	for _, tt := range tests {
@@ -433,6 +437,22 @@ func TestParseWebhookAcceptsLongestIDs(t *testing.T) {
 	}
 	if wh.Messages[0].MessageID != id || wh.Messages[0].ConversationID != id {
 		t.Error("ids of exactly 256 characters must pass unchanged")
+	}
+}
+
+// An id's escaped surrogate pair is its character; a lone surrogate is
+// refused in an id (metaID) but kept in the user's text, which the engine
+// makes storable.
+func TestParseWebhookSurrogatesInIDsAndText(t *testing.T) {
+	t.Parallel()
+	body := `{"object":"whatsapp_business_account","entry":[{"changes":[{"field":"messages","value":{"messages":[` +
+		`{"id":"w\ud83d\ude00","from":"1","type":"text","text":{"body":"a\ud800b"}}]}}]}]}`
+	wh, err := ParseWebhook([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := wh.Messages[0].MessageID; got != "w😀" {
+		t.Errorf("message id %q, want w😀", got)
 	}
 }
 
@@ -467,7 +487,7 @@ func fuzzSeeds(f *testing.F) [][]byte {
 }
 
 // FuzzParseWebhook parses any body as a delivery: never a panic; what it
-// accepts has ids of 1 to MaxIDLength characters of valid UTF-8, statuses
+// accepts has ids that pass CheckID, statuses
 // with a status, and payloads that are objects holding the message (the
 // engine makes their text storable: engine/webhooks.go). Seeds: testdata/webhooks (Meta's shapes),
 // the bodies below and testdata/fuzz/FuzzParseWebhook.
@@ -481,8 +501,8 @@ func FuzzParseWebhook(f *testing.F) {
 			return
 		}
 		okID := func(what, id string) {
-			if id == "" || utf8.RuneCountInString(id) > MaxIDLength || !utf8.ValidString(id) {
-				t.Fatalf("%s %q accepted", what, id)
+			if err := CheckID(id); err != nil {
+				t.Fatalf("%s %q accepted: %v", what, id, err)
 			}
 		}
 		for _, m := range wh.Messages {

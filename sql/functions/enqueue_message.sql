@@ -3,7 +3,8 @@
 -- (tenant, message_id), takes the conversation's next seq and makes sure the
 -- conversation is in the ready set (its drain will come); a repeat returns the original with
 -- duplicate = true. It raises SQLSTATE 22023 with "field: problem" on bad
--- input and P0002 for an unknown tenant.
+-- input (ids by ordo.id_problem, the rule REST and the webhook check first
+-- in Go) and P0002 for an unknown tenant.
 --
 -- A repeat is answered only as durably as an insert: its transaction writes
 -- a WAL record (a logical message, prefix 'ordo.repeat', seen only by
@@ -69,15 +70,12 @@ DECLARE
     v_hash    bytea;
     v_old     bytea;
     v_inbound timestamptz;
+    v_problem text;
 BEGIN
-    IF enqueue_message.conversation_id IS NULL OR enqueue_message.conversation_id = '' THEN
-        RAISE EXCEPTION 'conversation_id: required' USING ERRCODE = '22023';
-    ELSIF length(enqueue_message.conversation_id) > 256 OR enqueue_message.conversation_id ~ '[\u0001-\u001f\u007f-\u009f]' THEN
-        RAISE EXCEPTION 'conversation_id: must be 1 to 256 printable characters' USING ERRCODE = '22023';
-    ELSIF enqueue_message.message_id IS NULL OR enqueue_message.message_id = '' THEN
-        RAISE EXCEPTION 'message_id: required' USING ERRCODE = '22023';
-    ELSIF length(enqueue_message.message_id) > 256 OR enqueue_message.message_id ~ '[\u0001-\u001f\u007f-\u009f]' THEN
-        RAISE EXCEPTION 'message_id: must be 1 to 256 printable characters' USING ERRCODE = '22023';
+    v_problem := coalesce('message_id: ' || ordo.id_problem(enqueue_message.message_id),
+                          'conversation_id: ' || ordo.id_problem(enqueue_message.conversation_id));
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION '%', v_problem USING ERRCODE = '22023';
     ELSIF v_dir NOT IN ('inbound', 'outbound') THEN
         RAISE EXCEPTION 'direction: must be inbound or outbound' USING ERRCODE = '22023';
     ELSIF enqueue_message.payload IS NULL OR jsonb_typeof(enqueue_message.payload) <> 'object' THEN
