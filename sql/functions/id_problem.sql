@@ -10,7 +10,7 @@
 --
 -- ordo.enqueue_message raises it as SQLSTATE 22023 "field: problem",
 -- whoever calls (REST, webhooks, other applications' SQL). Go's
--- whatsapp.CheckID (jobs/whatsapp/id.go) is the same predicate with the
+-- whatsapp.CheckID (jobs/whatsapp/text.go) is the same predicate with the
 -- same words, so REST and the webhook answer 400 before a transaction;
 -- web/ids_test.go holds both to one table and to every character of the
 -- Basic Multilingual Plane.
