@@ -16,7 +16,7 @@ import (
 // drain holding that row counts its send for the same tenant. When both
 // counted on one row (backends whose pids agree modulo 16) each waited for
 // the other: Postgres broke the cycle by failing one (`make chaos` seed 1:
-// "deadlock detected", a drain's finish_step against an import's
+// "deadlock detected", a drain's finish (ordo.finish) against an import's
 // enqueue_message). Forced here with two such backends.
 func TestCountersNeverDeadlockAnImportWithADrain(t *testing.T) {
 	t.Parallel()

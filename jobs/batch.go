@@ -26,7 +26,7 @@ import (
 // Config.BatchSize of its due conversations whose next message is an
 // outbound one not started yet, in one statement (ordo.claim: their
 // locks, fences, ready rows and send steps), sends those messages at once,
-// and records the round in one statement (ordo.finish_batch), which starts
+// and records the round in one statement (ordo.finish), which starts
 // each conversation's next message for the next round — each write behind
 // its conversation's fence. Anything else — a failed send, a conversation
 // whose row an import holds, a credential that cannot be read — is ended
@@ -36,12 +36,6 @@ import (
 // ordo.claim stops at the first such conversation of the tenant, so
 // the tenant's order of due conversations holds; paced, paused and capped
 // tenants go through the per-conversation drain.
-
-// finishBatchQuery records a batch's successful sends (ordo.finish_batch)
-// and says how many conversations a refill may claim.
-const finishBatchQuery = `
-SELECT conv, finished, since_accepted, next_message_pk, next_message_id, next_seq, next_payload, next_step_id, refill
-FROM ordo.finish_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 
 // endBatchQuery ends a batch's lease once its last conversations were ended
 // one at a time.
@@ -66,7 +60,7 @@ type batchConv struct {
 	sent           bool // the send was made (err: its failure)
 	providerID     string
 	err            error
-	recorded       bool // ordo.finish_batch recorded it, or it was ended alone
+	recorded       bool // ordo.finish recorded it, or it was ended alone
 }
 
 // startedSend is conversation conv (fence, conversationID) with outbound
@@ -260,13 +254,13 @@ func (r *Runner) sendRound(ctx context.Context, active []batchConv, cred *whatsa
 }
 
 // finishRound records a round's successful sends in one write
-// (ordo.finish_batch) and returns the conversations that go on to a next
+// (ordo.finish) and returns the conversations that go on to a next
 // round, with their next message started; end says the write ended the
 // batch's lease. ok false: the connection is in an unknown state. A send it
 // did not record is left for endAlone.
 //
 // With refill, the same write claims as many of the tenant's
-// conversations as leave the batch (ordo.finish_batch through ordo.claim):
+// conversations as leave the batch (ordo.finish through ordo.claim):
 // the batch stays full while the run goes on, instead of its room going to
 // claims of one.
 //
@@ -277,7 +271,7 @@ func (r *Runner) finishRound(ctx context.Context, conn *pgxpool.Conn, active []b
 	d := r.drainer
 	n := len(active)
 	convs, fences, steps, msgs, seqs := make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
-	pids := make([]string, 0, n)
+	pids, lasts := make([]string, 0, n), make([]bool, 0, n)
 	byConv := make(map[int64]*batchConv, n)
 	for i := range active {
 		c := &active[i]
@@ -288,7 +282,8 @@ func (r *Runner) finishRound(ctx context.Context, conn *pgxpool.Conn, active []b
 			d.hooks.beforeFinish(c.conv)
 		}
 		convs, fences, steps, msgs, seqs = append(convs, c.conv), append(fences, c.fence), append(steps, c.st.id), append(msgs, c.m.pk), append(seqs, c.m.seq)
-		pids = append(pids, c.providerID)
+		// Its message's last step: a batch holds outbound messages, one send each.
+		pids, lasts = append(pids, c.providerID), append(lasts, true)
 		byConv[c.conv] = c
 	}
 	if len(convs) == 0 {
@@ -298,7 +293,16 @@ func (r *Runner) finishRound(ctx context.Context, conn *pgxpool.Conn, active []b
 	pb := &pgx.Batch{}
 	recorded, room := 0, 0
 	lease := d.cfg.Lease.Milliseconds()
-	pb.Queue(finishBatchQuery, convs, fences, steps, msgs, seqs, pids, goOn, last, held, cred.PhoneNumberID).Query(func(rows pgx.Rows) error {
+	then, after := thenRelease, (*int64)(nil)
+	if goOn {
+		then = thenSend
+	}
+	if last {
+		var none int64 // the session's lease ends with a write that lets every conversation go
+		after = &none
+	}
+	pb.Queue(finishQuery, convs, fences, steps, pids, msgs, seqs, lasts, nil, nil,
+		then, after, held, cred.PhoneNumberID).Query(func(rows pgx.Rows) error {
 		var (
 			conv  int64
 			since time.Duration
@@ -308,8 +312,8 @@ func (r *Runner) finishRound(ctx context.Context, conn *pgxpool.Conn, active []b
 				payload       []byte
 			}
 		)
-		// finished (caught up) is not needed here: the write ended those.
-		_, err := pgx.ForEachRow(rows, []any{&conv, nil, &since, &nm.pk, &nm.id, &nm.seq, &nm.payload, &nm.step, &room}, func() error {
+		// finished and released are not needed here: the write ended those.
+		_, err := pgx.ForEachRow(rows, []any{&conv, nil, nil, &since, &nm.pk, &nm.id, &nm.seq, &nm.payload, &nm.step, &room}, func() error {
 			c := byConv[conv]
 			if c == nil {
 				return fmt.Errorf("batch: finish returned conversation %d, not in the round", conv)
@@ -406,7 +410,7 @@ func (o outcome) ended() ended {
 	switch {
 	case o.kind == outcomeWait:
 		return ended{park: true, wait: o.delay}
-	case o.kind == outcomeDone && !o.finished:
+	case o.kind == outcomeDone && !o.released:
 		return ended{park: true} // the head moved; due again now for what is left
 	}
 	return ended{}

@@ -155,7 +155,10 @@ func (d *Drainer) drain(ctx context.Context, s *session, st convState, runner st
 		// a tenant that became due during the message's send gets this
 		// worker at the boundary, not after one more message (its p99 in
 		// `make bench` noisy was two provider answers, not one).
-		r.goOn = func() bool { return within(n+1) && !sliceOver(false) }
+		// Past the run's turn, with another tenant waiting, the worker
+		// is promised to it (handOff) and the write lets the conversation
+		// go: due again now, behind its tenant's others.
+		r.goOn = func() bool { return within(n+1) && !sliceOver(true) }
 		out, merr := r.message(ctx, m, steps)
 		if merr != nil {
 			return ended{}, r.stop(merr)
@@ -163,8 +166,8 @@ func (d *Drainer) drain(ctx context.Context, s *session, st convState, runner st
 		switch out.kind {
 		case outcomeDone:
 			head = m.seq
-			if out.finished {
-				return ended{}, nil // the message's last write also finished the drain
+			if out.released {
+				return ended{}, nil // the message's last write also ended the run
 			}
 			if out.next != nil {
 				m, steps, err = out.next.m, out.next.steps, out.next.err

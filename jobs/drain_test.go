@@ -120,7 +120,7 @@ func TestMessageAtDrainFinishIsNeverStranded(t *testing.T) {
 				close(release)
 				// The finish now waits on the row lock this transaction holds.
 				b.WaitFor("finish to block on the conversation row", 5*time.Second, func() bool {
-					return b.Count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ordo.finish_step%'`) == 1
+					return b.Count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ordo.finish(%'`) == 1
 				})
 				if err := tx.Commit(ctx); err != nil {
 					t.Fatal(err)

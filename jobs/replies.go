@@ -22,7 +22,7 @@ import (
 // tenant's reply_deadline_ms) and the conversation is parked in the ready
 // set until then, holding no worker: its next message waits, and the
 // handler is not called again. The drain that finds the replies turns them
-// into the message's send steps (ordo.finish_step); one that finds the
+// into the message's send steps (ordo.finish); one that finds the
 // deadline passed with none applies the dead-letter policy, unless replies
 // were posted while it did (ordo.check_no_replies rolls the dead letter
 // back).

@@ -113,7 +113,7 @@ func TestFailedStatusSettlesAnAmbiguousSend(t *testing.T) {
 
 // One delivery carries a status for a step whose drain is finishing it and
 // a new message from the same user. The delivery takes the conversation
-// before the step, as finish_step does, so the two queue instead of
+// before the step, as ordo.finish does, so the two queue instead of
 // deadlocking. (Before: statuses first, then the conversation — the
 // opposite order; Postgres broke the cycle by failing one of them.)
 func TestWebhookStatusAndMessageDoNotDeadlockWithFinish(t *testing.T) {

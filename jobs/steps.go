@@ -28,9 +28,10 @@ const (
 type outcome struct {
 	kind  outcomeKind
 	delay time.Duration
-	// finished: the message's last write found the conversation caught up,
-	// ended the drain and released the conversation's lock.
-	finished bool
+	// released: the message's last write let the conversation go and
+	// ended the run: caught up, or due again for another run (the run was
+	// over its budget or its turn: ordo.finish's 'release').
+	released bool
 	// next: the message's last write also read the next message (and may
 	// have started its first step); nil when it did not look.
 	next *nextMessage
@@ -159,7 +160,7 @@ func (r *run) message(ctx context.Context, m message, steps []step) (outcome, er
 			return outcome{kind: outcomeWait}, nil
 		}
 		out, err := r.step(ctx, m, &steps[i], i == len(steps)-1)
-		if err != nil || out.kind != outcomeDone || out.finished {
+		if err != nil || out.kind != outcomeDone || out.released {
 			return out, err
 		}
 		last, ran = out, true // the last step's carries the next message, if it read it
@@ -221,10 +222,22 @@ func errorEntry(attempt int, msg, class string) []byte {
 // set) and records the attempt as running, in one transaction.
 const startStepQuery = `SELECT verdict, wait, step_id, attempts FROM ordo.start_step($1, $2, $3, $4, $5, $6, $7, $8)`
 
-// finishStepQuery records a step done and, after a message's last step,
-// finishes the message, moves the head and — when that caught the
-// conversation up — ends the drain and releases the lock with the commit.
-const finishStepQuery = `SELECT finished, unlocked, since_accepted FROM ordo.finish_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+// finishQuery is the drain's one finish (ordo.finish): steps recorded
+// done, each behind its conversation's fence; after a message's last step,
+// the message done and the head moved and — caught up, or the run over —
+// the conversation let go with the commit. A drain alone calls it with one
+// conversation, a batch's round with each of its own (batch.go).
+const finishQuery = `
+SELECT conv, finished, released, since_accepted, next_message_pk, next_message_id, next_seq, next_payload, next_step_id, refill
+FROM ordo.finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
+
+// What ordo.finish does with a conversation whose message finished and that
+// has more queued (p_then).
+const (
+	thenStay    = "stay"    // the drain goes on with it
+	thenSend    = "send"    // a batch's next round: its next send started, or released
+	thenRelease = "release" // due again now, for another run
+)
 
 const markUnknown = `
 UPDATE ordo.steps SET status = 'unknown', ambiguous_count = ambiguous_count + 1, errors = errors || $2::jsonb
@@ -418,11 +431,12 @@ func (r *run) start(ctx context.Context, m message, st *step, phone *string) (ou
 	}
 }
 
-// finish records st done in one write (ordo.finish_step). With last, st was
-// m's last step: m is done, the head moves and, when that caught the
-// conversation up, the drain ends and the lock goes with the commit.
-// replies (a JSON array, or nil) are a handler's replies, stored as m's next
-// steps in the same write.
+// finish records st done in one write (ordo.finish). With last, st was m's
+// last step: m is done and the head moves; when that caught the
+// conversation up, or the run will not go on (r.goOn), the conversation is
+// let go with the commit (outcome.released). Otherwise the same round trip
+// reads (and may start) the next message. replies (a JSON array, or nil)
+// are a handler's replies, stored as m's next steps in the same write.
 func (r *run) finish(ctx context.Context, m message, st *step, providerID *string, last bool, replies json.RawMessage) (outcome, error) {
 	if last && r.d.hooks.beforeFinish != nil {
 		r.d.hooks.beforeFinish(r.s.conv)
@@ -434,22 +448,22 @@ func (r *run) finish(ctx context.Context, m message, st *step, providerID *strin
 		g := time.Duration(r.tenant.PairGapMS) * time.Millisecond
 		gap = &g
 	}
-	var (
-		finished, unlocked bool
-		next               *nextMessage
-		b                  = &pgx.Batch{}
-	)
-	var sinceAccepted *time.Duration // set by a last finish
-	b.Queue(finishStepQuery, r.s.conv, r.s.fence, r.s.after, st.id, providerID, m.pk, m.seq, last, replies, gap).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&finished, &unlocked, &sinceAccepted)
-	})
-	if st.kind == "send" && !last && r.d.cfg.Metrics != nil {
-		// In the same round trip: a primary-key read.
-		b.Queue(sinceAcceptedQuery, m.pk).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&sinceAccepted)
-		})
+	then := thenRelease
+	if !last || r.goOn != nil && r.goOn() {
+		then = thenStay
 	}
-	if last && r.goOn != nil && r.goOn() {
+	var (
+		released      bool // caught up (finished), or released
+		sinceAccepted *time.Duration
+		next          *nextMessage
+		b             = &pgx.Batch{}
+	)
+	b.Queue(finishQuery, []int64{r.s.conv}, []int64{r.s.fence}, []int64{st.id}, []*string{providerID},
+		[]int64{m.pk}, []int64{m.seq}, []bool{last}, []json.RawMessage{replies}, gap,
+		then, r.s.after, 0, nil).QueryRow(func(row pgx.Row) error {
+		return row.Scan(nil, nil, &released, &sinceAccepted, nil, nil, nil, nil, nil, nil)
+	})
+	if last && then == thenStay {
 		// Same transaction, after the finish: nothing when the finish
 		// caught the conversation up (and released it).
 		var phone *string
@@ -469,19 +483,14 @@ func (r *run) finish(ctx context.Context, m message, st *step, providerID *strin
 	if err := r.s.send(ctx, b); err != nil {
 		return outcome{}, fmt.Errorf("finish step: %w", err)
 	}
-	r.s.unlocked = unlocked
+	r.s.unlocked = released
 	st.status = "done"
 	r.d.cfg.Metrics.Step(st.kind, metrics.StepDone)
 	if sinceAccepted != nil && st.kind == "send" {
 		r.d.cfg.Metrics.AcceptToSend(*sinceAccepted)
 	}
-	return outcome{kind: outcomeDone, finished: finished, next: next}, nil
+	return outcome{kind: outcomeDone, released: released, next: next}, nil
 }
-
-// sinceAcceptedQuery is how long ago a message was accepted, for
-// ordo_accept_to_send_seconds: always one row (NULL for no message), so
-// that a metric never fails the finish it rides with.
-const sinceAcceptedQuery = `SELECT (SELECT clock_timestamp() - created_at FROM ordo.messages WHERE id = $1)`
 
 // settleAmbiguous deals with a send whose last attempt has no known outcome:
 // it failed ambiguously (5xx, timeout, dropped connection, 131000, 131016),

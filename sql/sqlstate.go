@@ -1,7 +1,7 @@
 package sql
 
 // SQLStateStaleFence is ordo's own SQLSTATE, raised by ordo.check_fence (and
-// ordo.finish_step) when a drain's fencing token is stale: the conversation
+// ordo.finish) when a drain's fencing token is stale: the conversation
 // was taken over, and the write rolls back. Standard codes come from
 // github.com/jackc/pgerrcode.
 const SQLStateStaleFence = "ORF01"

@@ -4,7 +4,7 @@
 -- last finish then ends it dead), a dead letter with the step's error
 -- history, whose last entry is the status's reason. Step, then message,
 -- then dead letter (sql/LOCKING.md). Called by a webhook delivery
--- (engine/webhooks.go) for a step that was done, and by ordo.finish_step
+-- (engine/webhooks.go) for a step that was done, and by ordo.finish
 -- when the status came before the send's own answer.
 CREATE OR REPLACE FUNCTION ordo.dead_letter_undelivered(p_steps bigint[]) RETURNS void
 LANGUAGE plpgsql AS $$

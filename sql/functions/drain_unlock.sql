@@ -4,10 +4,9 @@
 -- batch's lease while it still holds some of a batch, NULL to leave it as
 -- it is (ordo.claim letting a conversation it tried go). False when the lock
 -- was not held (a fenced drain whose session Postgres ended, on a new
--- connection). A drain ends through here — ordo.finish_step,
--- ordo.park_conversation, the drain's own unlock when it ends otherwise
--- (jobs/session.go) — or, for a batch's conversations, set-based in
--- ordo.finish_batch through the same key.
+-- connection). A drain ends through here — ordo.park_conversation, the
+-- drain's own unlock when it ends otherwise (jobs/session.go) — or,
+-- set-based, in ordo.finish through the same key.
 --
 -- A session lock is not transactional, but every caller releases it in a
 -- transaction that holds the conversation's row lock (or one that wrote

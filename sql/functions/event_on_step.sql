@@ -9,7 +9,7 @@
 -- Once per statement, over its transition tables, in step id order (a
 -- conversation's sends in the order they went; a webhook delivery's
 -- statuses, which it applies in step id order): a batch's finish
--- (ordo.finish_batch) records many sends in one UPDATE, and a query per row
+-- (ordo.finish) records many sends in one UPDATE, and a query per row
 -- cost more than the row. A statement trigger with transition tables
 -- cannot name columns (UPDATE OF), so it runs after every UPDATE of
 -- ordo.steps and finds nothing to tell in most: one query over the

@@ -5,7 +5,7 @@
 -- unreachable (ordo.dependency_failed: one probe send at a time); anything
 -- else is the per-conversation drain's (ordo.reserve_send). Checked when a
 -- batch is claimed (ordo.claim) and again before each round starts
--- its conversations' next messages (ordo.finish_batch): Meta may pause the
+-- its conversations' next messages (ordo.finish): Meta may pause the
 -- tenant or throttle the number, or an operator change it, while a batch
 -- runs.
 --

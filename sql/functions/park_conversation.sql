@@ -10,8 +10,8 @@
 -- (ordo.drain_unlock); the next drain's takeover waits for this row lock,
 -- so it sees every write of this one. Fenced: a drain that lost the
 -- conversation changes nothing (ORF01). A drain whose last write finished
--- its message and caught the conversation up ends in ordo.finish_step
--- instead, and a batch's conversations in ordo.finish_batch.
+-- its message ends in ordo.finish instead (caught up, or released after
+-- its budget or turn).
 --
 -- Locks: the conversation row (ordo.check_fence), then the ready row.
 CREATE OR REPLACE FUNCTION ordo.park_conversation(p_conv bigint, p_fence bigint, p_delay interval, p_lease_ms int)

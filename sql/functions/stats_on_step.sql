@@ -8,7 +8,7 @@
 -- Sharded as ordo.stats_on_message.
 --
 -- Once per statement, over its transition tables: a batch's finish
--- (ordo.finish_batch) records many sends in one UPDATE, and counting each
+-- (ordo.finish) records many sends in one UPDATE, and counting each
 -- row by itself (four statements a row) cost a third of that UPDATE. One
 -- upsert per tenant and latency bucket of the statement now. A
 -- statement trigger with transition tables cannot name columns (UPDATE OF),
