@@ -399,7 +399,7 @@ func TestIngestBadMessageFailsOnlyItself(t *testing.T) {
 		text string
 	}
 	bad := []badCase{
-		{badConv, CodeInvalid, "conversation_id: must be 1 to 256 printable characters"},
+		{badConv, CodeInvalid, "conversation_id: must be 1 to 256 printable characters, without control characters or line separators: U+0001 at character 4"},
 		{noTenant, CodeNotFound, "tenant: not found"},
 		{nul, CodeInvalid, "text must not contain NUL (\\u0000) characters"},
 		{sideways, CodeInvalid, "direction: must be inbound or outbound"},
