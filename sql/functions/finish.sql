@@ -45,8 +45,9 @@
 -- since_accepted is how long ago the message was accepted, for the
 -- accept-to-send metric. p_round is the room a batch holds for this call's
 -- conversations; refill, on every row, is the part of it free after the
--- call once that is at least half and every conversation was recorded (0
--- otherwise): the caller claims that many more into the batch (ordo.claim).
+-- call once that is at least half, every conversation was recorded and
+-- another of the tenant's conversations is due (0 otherwise): the caller
+-- claims that many more into the batch (ordo.claim).
 --
 -- Locks: conversation rows FOR NO KEY UPDATE (ordo.check_fence's mode),
 -- then steps, messages, dead letters and ready rows (sql/LOCKING.md).
@@ -150,10 +151,13 @@ BEGIN
     IF v_more IS NOT NULL AND p_then <> 'stay' THEN
         SELECT coalesce(array_agg(x), '{}') INTO v_parked FROM unnest(v_more) x WHERE x <> ALL (v_next);
     END IF;
-    -- A refill is worth its statement once half the batch's room is free;
-    -- none while a conversation of this call is left to the caller (it
-    -- may wait for an import's row lock: the batch should not wait too).
-    IF (p_round - cardinality(v_next)) * 2 >= p_round AND cardinality(v_convs) = cardinality(p_convs) THEN
+    -- A refill is worth its statement once half the batch's room is free
+    -- and the tenant has a due conversation no drain holds (a held one,
+    -- this call's own included, is due only after its lease); none while a conversation of this call is left to the
+    -- caller (it may wait for an import's row lock: the batch should not
+    -- wait too).
+    IF p_round > 0 AND (p_round - cardinality(v_next)) * 2 >= p_round AND cardinality(v_convs) = cardinality(p_convs)
+       AND EXISTS (SELECT 1 FROM ordo.ready r WHERE r.tenant_id = v_tenant AND r.due_at <= now()) THEN
         v_left := p_round - cardinality(v_next);
     END IF;
 
