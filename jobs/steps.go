@@ -458,8 +458,12 @@ func (r *run) finish(ctx context.Context, m message, st *step, providerID *strin
 		next          *nextMessage
 		b             = &pgx.Batch{}
 	)
+	var reps []json.RawMessage // NULL: no replies to store
+	if replies != nil {
+		reps = []json.RawMessage{replies}
+	}
 	b.Queue(finishQuery, []int64{r.s.conv}, []int64{r.s.fence}, []int64{st.id}, []*string{providerID},
-		[]int64{m.pk}, []int64{m.seq}, []bool{last}, []json.RawMessage{replies}, gap,
+		[]int64{m.pk}, []int64{m.seq}, []bool{last}, reps, gap,
 		then, r.s.after, 0, nil).QueryRow(func(row pgx.Row) error {
 		return row.Scan(nil, nil, &released, &sinceAccepted, nil, nil, nil, nil, nil, nil)
 	})

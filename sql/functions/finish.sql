@@ -7,9 +7,9 @@
 --     provider's message id p_provider_ids[i] for a send; a send Meta
 --     already reported undelivered is dead-lettered now, as the webhook
 --     does for a done one (engine/webhooks.go);
---   * p_replies[i], a handler's replies (a JSON array), become the
---     message's next steps; p_pair_gap, when set, starts the user's pair
---     gap now (the caller passes it for a send);
+--   * p_replies[i], a handler's replies (a JSON array; p_replies NULL:
+--     none), become the message's next steps; p_pair_gap, when set, starts
+--     the user's pair gap now (the caller passes it for a send);
 --   * with p_last[i], the step was the message's last: the message is done
 --     (dead when one of its sends was reported undelivered) and the head
 --     moves to its seq. A conversation that caught up leaves the ready set
@@ -120,12 +120,14 @@ BEGIN
         -- found the step still running).
         PERFORM ordo.dead_letter_undelivered(v_undelivered);
     END IF;
-    INSERT INTO ordo.steps (message_pk, idx, kind, request)
-    SELECT f.message, r.ord, 'send', r.reply
-    FROM unnest(p_convs, p_messages, p_replies) AS f(conv, message, replies),
-         jsonb_array_elements(f.replies) WITH ORDINALITY AS r(reply, ord)
-    WHERE f.replies IS NOT NULL AND f.conv = ANY (v_convs)
-    ON CONFLICT (message_pk, idx) DO NOTHING;
+    IF p_replies IS NOT NULL THEN
+        INSERT INTO ordo.steps (message_pk, idx, kind, request)
+        SELECT f.message, r.ord, 'send', r.reply
+        FROM unnest(p_convs, p_messages, p_replies) AS f(conv, message, replies),
+             jsonb_array_elements(f.replies) WITH ORDINALITY AS r(reply, ord)
+        WHERE f.replies IS NOT NULL AND f.conv = ANY (v_convs)
+        ON CONFLICT (message_pk, idx) DO NOTHING;
+    END IF;
 
     UPDATE ordo.messages m SET finished_at = now(), status = CASE WHEN EXISTS (
         SELECT 1 FROM ordo.steps s WHERE s.message_pk = m.id AND s.status = 'failed') THEN 'dead' ELSE 'done' END
