@@ -182,7 +182,11 @@ BEGIN
                 -- pair-rate wait — or caught it up. Read again now, under
                 -- the row every writer of the ready row takes first, on the
                 -- clock (this transaction's start may be well past by now).
-                UPDATE ordo.conversations c SET fence = c.fence + 1
+                -- Taken over, it waits for nothing any more: a mark that it
+                -- waits for a dependency or its tenant's sending goes (its
+                -- drain marks it again if that is still away), so a wake
+                -- that skipped its row (ordo.wake_waiting) leaves none behind.
+                UPDATE ordo.conversations c SET fence = c.fence + 1, handler_wait = false, number_wait = false, paused_wait = false
                 WHERE c.id = v_cand.id
                   AND EXISTS (SELECT 1 FROM ordo.ready r WHERE r.conversation_pk = c.id AND r.due_at <= clock_timestamp())
                 RETURNING c.id, c.fence, c.conversation_id, c.head_seq, c.last_seq, c.halted_at IS NOT NULL AS halted
@@ -254,7 +258,8 @@ BEGIN
         JOIN ordo.messages m ON m.conversation_pk = c.id AND m.seq = c.head_seq + 1
         WHERE c.id = ANY (v_ok)),
     u AS (
-        UPDATE ordo.conversations c SET fence = c.fence + 1 FROM q WHERE c.id = q.id
+        UPDATE ordo.conversations c SET fence = c.fence + 1, handler_wait = false, number_wait = false, paused_wait = false
+        FROM q WHERE c.id = q.id
         RETURNING c.id, c.fence),
     st AS (
         INSERT INTO ordo.steps (message_pk, idx, kind, request, status, attempts, started_at)
