@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ordo-dev/ordo/sql/sqltest"
 )
 
@@ -27,34 +29,7 @@ func TestWakingATenantNeverWaitsForAnApplicationsRows(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			url := sqltest.URL(t)
-			admin := connectAs(t, url, "admin")
-			for _, q := range []string{
-				`INSERT INTO ordo.tenants (slug) VALUES ('acme')`,
-				`SELECT ordo.enqueue_message('acme', 'a', 'a1', 'inbound', '{}')`,
-				`SELECT ordo.enqueue_message('acme', 'b', 'b1', 'inbound', '{}')`,
-				`UPDATE ordo.conversations SET ` + tc.mark + ` = true`,
-				tc.state,
-			} {
-				if _, err := admin.Exec(ctx, q); err != nil {
-					t.Fatalf("%s: %v", q, err)
-				}
-			}
-			app := connectAs(t, url, "app")
-			tx, err := app.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-			if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', 'b', 'b2', 'inbound', '{}')`); err != nil {
-				t.Fatal(err)
-			}
-			waker := connectAs(t, url, "waker")
-			done := make(chan error, 1)
-			go func() {
-				_, err := waker.Exec(ctx, tc.wake)
-				done <- err
-			}()
+			admin, tx, done := wakeWhileAnApplicationHoldsB(t, tc.mark, tc.state, tc.wake, nil)
 			select {
 			case err := <-done:
 				if err != nil {
@@ -92,37 +67,11 @@ func TestWakingATenantNeverWaitsForAnApplicationsRows(t *testing.T) {
 func TestWakingATenantHoldsNoRowWhileItWaits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := sqltest.URL(t)
-	admin := connectAs(t, url, "admin")
-	for _, q := range []string{
-		`INSERT INTO ordo.tenants (slug) VALUES ('acme')`,
-		`SELECT ordo.enqueue_message('acme', 'a', 'a1', 'inbound', '{}')`,
-		`SELECT ordo.enqueue_message('acme', 'b', 'b1', 'inbound', '{}')`,
-		`UPDATE ordo.conversations SET handler_wait = true`,
+	admin, tx, done := wakeWhileAnApplicationHoldsB(t, "handler_wait",
 		`INSERT INTO ordo.dependencies (tenant_id, what, down_since, probe_at) SELECT id, 'handler', now(), now() FROM ordo.tenants`,
-	} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	app := connectAs(t, url, "app")
-	if _, err := app.Exec(ctx, `SET deadlock_timeout = '20ms'`); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := app.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', 'b', 'b2', 'inbound', '{}')`); err != nil {
-		t.Fatal(err)
-	}
-	waker := connectAs(t, url, "waker")
-	done := make(chan error, 1)
-	go func() {
-		_, err := waker.Exec(ctx, `SELECT ordo.dependency_back(id, 'handler') FROM ordo.tenants`)
-		done <- err
-	}()
+		`SELECT ordo.dependency_back(id, 'handler') FROM ordo.tenants`,
+		// Deadlocks checked after 20 ms, not a second.
+		[]string{`SET deadlock_timeout = '20ms'`})
 	// Until the wake waits for a lock, or is over.
 	var wakeErr error
 	finished := false
@@ -156,4 +105,48 @@ func TestWakingATenantHoldsNoRowWhileItWaits(t *testing.T) {
 	if wakeErr != nil {
 		t.Fatalf("wake: %v", wakeErr)
 	}
+}
+
+// wakeWhileAnApplicationHoldsB sets up tenant acme with conversations a and
+// b, both marked (mark) as waiting for what state makes away; an
+// application (its session first given settings) then holds b in an open
+// transaction, tx, and wake runs on a connection of its own: done gets its
+// error when it ends.
+func wakeWhileAnApplicationHoldsB(t *testing.T, mark, state, wake string, settings []string) (admin *pgx.Conn, tx pgx.Tx, done <-chan error) {
+	t.Helper()
+	ctx := context.Background()
+	url := sqltest.URL(t)
+	admin = connectAs(t, url, "admin")
+	for _, q := range []string{
+		`INSERT INTO ordo.tenants (slug) VALUES ('acme')`,
+		`SELECT ordo.enqueue_message('acme', 'a', 'a1', 'inbound', '{}')`,
+		`SELECT ordo.enqueue_message('acme', 'b', 'b1', 'inbound', '{}')`,
+		`UPDATE ordo.conversations SET ` + mark + ` = true`,
+		state,
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	app := connectAs(t, url, "app")
+	for _, q := range settings {
+		if _, err := app.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx, err := app.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', 'b', 'b2', 'inbound', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	waker := connectAs(t, url, "waker")
+	ch := make(chan error, 1)
+	go func() {
+		_, err := waker.Exec(ctx, wake)
+		ch <- err
+	}()
+	return admin, tx, ch
 }
