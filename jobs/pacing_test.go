@@ -327,16 +327,9 @@ func TestAPacedSendToldToWaitIsNotAskedAgain(t *testing.T) {
 	if _, err := b.Tenants.Update(ctx, "acme", tenants.UpdateParams{SendRate: ptr(1)}); err != nil {
 		t.Fatal(err)
 	}
-	// Count function calls (superuser in make test's cluster), from the
-	// runner's connections on.
-	if _, err := b.Pool.Exec(ctx, "DO $x$ BEGIN EXECUTE format('ALTER DATABASE %I SET track_functions = ''pl''', current_database()); END $x$"); err != nil {
-		t.Fatal(err)
-	}
-	b.Pool.Reset()
+	calls := countCalls(t, b) // from the runner's connections on
 	b.Start()
-	starts := func() int {
-		return b.Count(`SELECT coalesce(sum(calls), 0)::int FROM pg_stat_user_functions WHERE schemaname = 'ordo' AND funcname = 'start_step'`)
-	}
+	starts := func() int { return calls("start_step") }
 	before := starts()
 	// Two conversations at once at one send a second: one goes, the other
 	// is told to wait about a second for its slot.
@@ -346,15 +339,7 @@ func TestAPacedSendToldToWaitIsNotAskedAgain(t *testing.T) {
 	b.WaitFor("both done", 10*time.Second, func() bool {
 		return b.Count(`SELECT count(*) FROM ordo.messages WHERE status = 'done'`) == 2
 	})
-	// A backend reports its function counts when it is idle for a while,
-	// or when it ends: the runner's connections end here.
-	if err := b.Runner.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.Pool.Reset()
-	b.WaitFor("the counts reported", 10*time.Second, func() bool {
-		return b.Count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`) == 0
-	})
+	reportCalls(t, b)
 	// p1: started with its claim; p2: told to wait with its claim, started
 	// with its claim after the wait.
 	if asked := starts() - before; asked > 3 {
