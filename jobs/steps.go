@@ -416,7 +416,10 @@ func (r *run) start(ctx context.Context, m message, st *step, phone *string) (ou
 			st.id, st.attempts = *id, *attempts
 			return outcome{}, true, nil
 		case "paused":
-			return outcome{kind: outcomeWait, delay: r.d.cfg.PausedRecheck}, false, nil
+			// Marked waiting for the tenant's sending (its send slot given
+			// up), or on at once when it was resumed meanwhile.
+			out, err := r.waitFor(ctx, "sending", st, "", nil, r.d.cfg.PausedRecheck)
+			return out, false, err
 		}
 		var d time.Duration // "wait": the pair gap, or the slot
 		if wait != nil {

@@ -51,11 +51,12 @@ BEGIN
         RAISE EXCEPTION 'stale fencing token % for conversation %', p_fence, p_conv USING ERRCODE = 'ORF01';
     END IF;
     IF NOT v_found OR v_paused IS NOT NULL THEN
-        -- Marked for ordo.resume_sending, which wakes only such drains; a
-        -- slot reserved before the pause is given up, or every conversation
-        -- would send at once on resume (a burst above send_rate).
-        UPDATE ordo.conversations c SET paused_wait = true, send_slot_at = NULL
-        WHERE c.id = p_conv AND c.fence = p_fence AND (NOT c.paused_wait OR c.send_slot_at IS NOT NULL);
+        -- The drain marks its conversation for ordo.resume_sending, and
+        -- gives up a slot reserved before the pause (or every conversation
+        -- would send at once on resume, a burst above send_rate), through
+        -- ordo.wait_for_dependency: it holds the tenant row FOR SHARE while
+        -- it marks, so a resume comes wholly before the mark or wholly
+        -- after it (ordo.wake_waiting never waits for a row).
         verdict := 'paused';
         RETURN;
     END IF;
