@@ -15,7 +15,9 @@ package engine
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -96,9 +98,12 @@ type batcher struct {
 	locked map[convKey]time.Time
 
 	// batches and retried count batches sent and batches that failed and
-	// were run again one message at a time; tests read them.
+	// were run again one message at a time, left the messages that left a
+	// batch because another transaction held their conversation; tests
+	// read them.
 	batches atomic.Int64
 	retried atomic.Int64
+	left    atomic.Int64
 }
 
 func newBatcher() *batcher {
@@ -243,9 +248,8 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 	if len(live) == 0 {
 		return
 	}
-	// One lock order for every batch: conversations sorted, so two batches
-	// touching the same conversations queue instead of deadlocking; the
-	// stable sort keeps a conversation's messages in arrival order.
+	// Conversations sorted (the lock order, sql/LOCKING.md), each one's
+	// messages together and, by the stable sort, in arrival order.
 	slices.SortStableFunc(live, func(a, b *ingestCall) int {
 		return cmp.Or(strings.Compare(a.msg.Tenant, b.msg.Tenant), strings.Compare(a.msg.ConversationID, b.msg.ConversationID))
 	})
@@ -253,10 +257,22 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 	defer cancel()
 
 	e.ingest.batches.Add(1)
-	results, err := e.enqueueBatch(ctx, live)
+	results, left, err := e.enqueueBatch(ctx, live)
 	if err == nil {
+		var busy []*ingestCall
 		for i, c := range live {
+			if left[i] {
+				busy = append(busy, c)
+				continue
+			}
 			c.done <- results[i]
+		}
+		if len(busy) > 0 {
+			// Conversations another transaction held: each message on its
+			// own, in order, waiting for its row while holding no other;
+			// off the batch slot, as below. Not a fault: no log.
+			e.ingest.left.Add(int64(len(busy)))
+			go e.ingestEach(busy)
 		}
 		return
 	}
@@ -302,13 +318,9 @@ func isLockTimeout(err error) bool {
 // and answers each call.
 func (e *Engine) ingestEach(calls []*ingestCall) {
 	var wg sync.WaitGroup
-	for i := 0; i < len(calls); {
-		j := i + 1
-		for j < len(calls) && calls[j].msg.Tenant == calls[i].msg.Tenant && calls[j].msg.ConversationID == calls[i].msg.ConversationID {
-			j++
-		}
+	for _, group := range conversationGroups(calls) {
 		wg.Add(1)
-		go func(group []*ingestCall) {
+		go func() {
 			defer wg.Done()
 			e.fallbackSem <- struct{}{}
 			defer func() { <-e.fallbackSem }()
@@ -325,8 +337,7 @@ func (e *Engine) ingestEach(calls []*ingestCall) {
 				}
 				c.done <- ingestResult{accepted: a, err: err}
 			}
-		}(calls[i:j])
-		i = j
+		}()
 	}
 	wg.Wait()
 }
@@ -344,10 +355,22 @@ func (e *Engine) ingestOne(ctx context.Context, m NewMessage) (a Accepted, err e
 	return a, nil
 }
 
-// enqueueBatch runs enqueue_message for every call in one pipelined implicit
-// transaction and returns the answers once it committed. Any error means
-// nothing of the batch was stored.
-func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]ingestResult, error) {
+// enqueueGroupQuery stores the messages of one conversation of a batch,
+// in order (ordo.enqueue_messages, checked as enqueueQuery's): $7 true
+// waits for the conversation's row, false only tries it, and no row back
+// then means another transaction holds it and nothing was stored.
+const enqueueGroupQuery = `SELECT id, seq, duplicate FROM ordo.enqueue_messages($1, $2, $3, $4, $5, $6, $7, true)`
+
+// enqueueBatch stores calls (sorted by conversation) in one pipelined
+// implicit transaction, one ordo.enqueue_messages per conversation, and
+// returns the answers once it committed. The transaction waits only for
+// its first conversation's row, while it holds none: every later one is
+// only tried, and a conversation another transaction holds (an
+// application's import, a drain, another batch) leaves the batch whole —
+// left[i] is true for each of its calls, answered by nobody yet — so a
+// batch never waits for a row while it holds another (sql/LOCKING.md).
+// Any error means nothing of the batch was stored.
+func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) (out []ingestResult, left []bool, err error) {
 	batch := &pgx.Batch{}
 	batch.Queue(lockTimeoutQuery, e.ingest.lockTimeout)
 	// Each API key of the batch checked once, in the transaction that
@@ -359,43 +382,56 @@ func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]inges
 			batch.Queue(checkKeyQuery, c.msg.KeyHash)
 		}
 	}
-	for _, c := range calls {
-		var dir *string
-		if c.msg.Direction != "" {
-			dir = &c.msg.Direction
+	groups := conversationGroups(calls)
+	for g, group := range groups {
+		ids := make([]string, len(group))
+		dirs := make([]*string, len(group))
+		payloads := make([]json.RawMessage, len(group))
+		onReuse := make([]string, len(group))
+		for i, c := range group {
+			ids[i], payloads[i], onReuse[i] = c.msg.MessageID, c.msg.Payload, c.msg.onReuse()
+			if c.msg.Direction != "" {
+				dirs[i] = &c.msg.Direction
+			}
 		}
-		batch.Queue(enqueueQuery, c.msg.Tenant, c.msg.ConversationID, c.msg.MessageID, dir, c.msg.Payload, c.msg.onReuse())
+		batch.Queue(enqueueGroupQuery, group[0].msg.Tenant, group[0].msg.ConversationID, ids, dirs, payloads, onReuse, g == 0)
 	}
 	queuePrepareCommit(batch)
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer conn.Release()
 	br := conn.SendBatch(ctx, batch)
 	for range 1 + len(keys) {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	out := make([]ingestResult, len(calls))
+	out = make([]ingestResult, len(calls))
+	left = make([]bool, len(calls))
 	ids := make([]int64, len(calls))
 	var dups []int
-	for i, c := range calls {
-		a := Accepted{MessageID: c.msg.MessageID, ConversationID: c.msg.ConversationID, Status: "queued"}
-		if err := br.QueryRow().Scan(&ids[i], &a.Seq, &a.Duplicate); err != nil {
+	i := 0
+	for _, group := range groups {
+		n, err := readGroup(br, group, out[i:i+len(group)], ids[i:i+len(group)])
+		if err != nil {
 			_ = br.Close()
-			return nil, err
+			return nil, nil, err
 		}
-		a.ID = strconv.FormatInt(ids[i], 10)
-		if a.Duplicate {
-			dups = append(dups, i)
+		for k := range group {
+			switch {
+			case n == 0:
+				left[i+k] = true
+			case out[i+k].accepted.Duplicate:
+				dups = append(dups, i+k)
+			}
 		}
-		out[i].accepted = a
+		i += len(group)
 	}
 	if err := e.commitBatch(ctx, conn, br); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// A duplicate answers with its original's conversation and status, read
 	// after the commit: an original committed by another transaction while
@@ -408,5 +444,51 @@ func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]inges
 			out[i] = ingestResult{err: translate(err, "read original message")}
 		}
 	}
-	return out, nil
+	return out, left, nil
+}
+
+// readGroup reads one conversation's answers from br into out and ids and
+// returns how many rows came: len(group), or 0 when its row was held.
+func readGroup(br pgx.BatchResults, group []*ingestCall, out []ingestResult, ids []int64) (int, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		if n == len(group) {
+			return 0, fmt.Errorf("enqueue messages: more answers than the %d messages", len(group))
+		}
+		c := group[n]
+		a := Accepted{MessageID: c.msg.MessageID, ConversationID: c.msg.ConversationID, Status: "queued"}
+		if err := rows.Scan(&ids[n], &a.Seq, &a.Duplicate); err != nil {
+			return 0, err
+		}
+		a.ID = strconv.FormatInt(ids[n], 10)
+		out[n].accepted = a
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if n != 0 && n != len(group) {
+		return 0, fmt.Errorf("enqueue messages: %d answers for %d messages", n, len(group))
+	}
+	return n, nil
+}
+
+// conversationGroups splits calls, sorted by conversation, into each
+// conversation's run.
+func conversationGroups(calls []*ingestCall) [][]*ingestCall {
+	var groups [][]*ingestCall
+	for i := 0; i < len(calls); {
+		j := i + 1
+		for j < len(calls) && keyOf(calls[j].msg) == keyOf(calls[i].msg) {
+			j++
+		}
+		groups = append(groups, calls[i:j:j])
+		i = j
+	}
+	return groups
 }

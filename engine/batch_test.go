@@ -18,6 +18,7 @@ import (
 // batchEnv is an Engine on a fresh database with tenant "acme".
 type batchEnv struct {
 	t    *testing.T
+	url  string // the database's, for connections of a test's own
 	pool *pgxpool.Pool
 	eng  *Engine
 }
@@ -29,7 +30,8 @@ const holdConv = "hold"
 func setupBatch(t *testing.T, maxInFlight int) *batchEnv {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, sqltest.URL(t)+"&pool_max_conns=12")
+	url := sqltest.URL(t)
+	pool, err := pgxpool.New(ctx, url+"&pool_max_conns=12")
 	if err != nil {
 		t.Fatalf("pool: %v", err)
 	}
@@ -45,7 +47,7 @@ func setupBatch(t *testing.T, maxInFlight int) *batchEnv {
 	if _, err := tenants.NewStore(pool, vault).Create(ctx, tenants.CreateParams{Slug: "acme"}); err != nil {
 		t.Fatalf("create tenant: %v", err)
 	}
-	e := &batchEnv{t: t, pool: pool, eng: New(pool, nil)}
+	e := &batchEnv{t: t, url: url, pool: pool, eng: New(pool, nil)}
 	if maxInFlight > 0 {
 		e.eng.ingest.maxInFlight = maxInFlight // before any call: no race
 		// forceOneBatch holds a batch on a locked conversation on purpose.
