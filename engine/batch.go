@@ -92,6 +92,8 @@ type batcher struct {
 	mu      sync.Mutex
 	pending []*ingestCall
 	running int
+	// inFlight counts, per conversation, the calls of running batches.
+	inFlight map[convKey]int
 	// locked holds conversations a message of which just waited out
 	// LockTimeout, until when: their other messages are refused at once
 	// instead of each failing a batch and waiting again.
@@ -121,27 +123,73 @@ func (b *batcher) add(c *ingestCall) []*ingestCall {
 	return b.take()
 }
 
-// finish frees a batch's slot and takes the next batch for the same runner,
-// so waiting calls never depend on a later arrival to start them.
-func (b *batcher) finish() []*ingestCall {
+// finish frees batch's slot and its conversations and takes the next batch
+// for the same runner, so waiting calls never depend on a later arrival to
+// start them.
+func (b *batcher) finish(batch []*ingestCall) []*ingestCall {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.running--
+	b.forget(batch)
 	if len(b.pending) == 0 {
 		return nil
 	}
 	return b.take()
 }
 
-// take moves up to maxBatch pending calls, oldest first, into a new batch.
-// b.mu is held.
+// keep counts group's conversation in flight (see take) until release,
+// past the end of the batch it left.
+func (b *batcher) keep(group []*ingestCall) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inFlight[keyOf(group[0].msg)] += len(group)
+}
+
+// release ends keep and, when a slot is free, takes a batch of the calls
+// that waited for group's conversation, for the caller to run.
+func (b *batcher) release(group []*ingestCall) []*ingestCall {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.forget(group)
+	if b.running >= b.maxInFlight || len(b.pending) == 0 {
+		return nil
+	}
+	return b.take()
+}
+
+// forget takes calls out of the conversations in flight. b.mu is held.
+func (b *batcher) forget(calls []*ingestCall) {
+	for _, c := range calls {
+		k := keyOf(c.msg)
+		if b.inFlight[k]--; b.inFlight[k] <= 0 {
+			delete(b.inFlight, k)
+		}
+	}
+}
+
+// take moves up to maxBatch pending calls, oldest first, into a new batch,
+// leaving those of a conversation a running batch holds to a later one: a
+// batch only tries the rows of its conversations after the first, and two
+// batches of one conversation at once would send the second's messages
+// one by one. Nil when every pending call waits so. b.mu is held.
 func (b *batcher) take() []*ingestCall {
-	n := min(len(b.pending), b.maxBatch)
-	batch := b.pending[:n:n]
-	if n == len(b.pending) {
-		b.pending = nil
-	} else {
-		b.pending = slices.Clone(b.pending[n:])
+	var batch, rest []*ingestCall
+	for _, c := range b.pending {
+		if len(batch) < b.maxBatch && b.inFlight[keyOf(c.msg)] == 0 {
+			batch = append(batch, c)
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	b.pending = rest
+	if len(batch) == 0 {
+		return nil
+	}
+	if b.inFlight == nil {
+		b.inFlight = make(map[convKey]int)
+	}
+	for _, c := range batch {
+		b.inFlight[keyOf(c.msg)]++
 	}
 	b.running++
 	return batch
@@ -226,7 +274,7 @@ func (e *Engine) ingestGrouped(ctx context.Context, m NewMessage) (Accepted, err
 func (e *Engine) runBatches(batch []*ingestCall) {
 	for batch != nil {
 		e.runBatch(batch)
-		batch = e.ingest.finish()
+		batch = e.ingest.finish(batch)
 	}
 }
 
@@ -257,7 +305,7 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 	defer cancel()
 
 	e.ingest.batches.Add(1)
-	results, left, err := e.enqueueBatch(ctx, live)
+	results, left, err := e.enqueueBatch(ctx, live, e.ingest.lockTimeout)
 	if err == nil {
 		var busy []*ingestCall
 		for i, c := range live {
@@ -267,12 +315,13 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 			}
 			c.done <- results[i]
 		}
-		if len(busy) > 0 {
-			// Conversations another transaction held: each message on its
-			// own, in order, waiting for its row while holding no other;
-			// off the batch slot, as below. Not a fault: no log.
-			e.ingest.left.Add(int64(len(busy)))
-			go e.ingestEach(busy)
+		// Conversations another transaction held (not a fault: no log):
+		// each in a transaction of its own, off the batch slot, and still
+		// in flight meanwhile, so their next calls wait for it.
+		for _, group := range conversationGroups(busy) {
+			e.ingest.left.Add(int64(len(group)))
+			e.ingest.keep(group)
+			go e.runAlone(group)
 		}
 		return
 	}
@@ -305,6 +354,47 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 	// Off the batch slot: a message waiting for its conversation's lock
 	// must not keep the next batches from running.
 	go e.ingestEach(live)
+}
+
+// runAlone commits group, one conversation's calls that left a batch
+// because another transaction held its row, in a transaction of its own
+// that waits for that row (up to LockTimeout) holding no other, and
+// answers them (at most fallbackParallel such transactions at once). A
+// wait cut off refuses them all (503, Retry-After), as ingestEach would;
+// any other failure runs them one by one. Then it frees the conversation
+// for the batches (batcher.keep) and runs those that gathered meanwhile.
+func (e *Engine) runAlone(group []*ingestCall) {
+	defer func() {
+		if batch := e.ingest.release(group); batch != nil {
+			e.runBatches(batch)
+		}
+	}()
+	k := keyOf(group[0].msg)
+	if e.ingest.isLocked(k) {
+		for _, c := range group {
+			c.done <- ingestResult{err: errLocked}
+		}
+		return
+	}
+	e.fallbackSem <- struct{}{}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(group[0].ctx), batchTimeout)
+	results, _, err := e.enqueueBatch(ctx, group, lockTimeoutSetting)
+	cancel()
+	<-e.fallbackSem
+	if err != nil && !isLockTimeout(err) && len(group) > 1 && !errors.Is(err, ordosql.ErrCommitUnconfirmed) {
+		e.ingestEach(group) // a bad message among them fails only itself
+		return
+	}
+	if isLockTimeout(err) {
+		e.ingest.markLocked(k)
+	}
+	for i, c := range group {
+		if err != nil {
+			c.done <- ingestResult{err: translate(err, "enqueue message")}
+			continue
+		}
+		c.done <- results[i]
+	}
 }
 
 // isLockTimeout reports whether err is a lock wait cut off by lock_timeout.
@@ -370,9 +460,9 @@ const enqueueGroupQuery = `SELECT id, seq, duplicate FROM ordo.enqueue_messages(
 // left[i] is true for each of its calls, answered by nobody yet — so a
 // batch never waits for a row while it holds another (sql/LOCKING.md).
 // Any error means nothing of the batch was stored.
-func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) (out []ingestResult, left []bool, err error) {
+func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall, lockTimeout string) (out []ingestResult, left []bool, err error) {
 	batch := &pgx.Batch{}
-	batch.Queue(lockTimeoutQuery, e.ingest.lockTimeout)
+	batch.Queue(lockTimeoutQuery, lockTimeout)
 	// Each API key of the batch checked once, in the transaction that
 	// stores its messages: a batch is mostly one tenant's, one key's.
 	keys := map[string]bool{}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -48,32 +49,8 @@ func TestIngestBatchHoldsNoConversationWhileItWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The REST calls gather behind a batch held on purpose, then go in one.
-	release := e.holdConversation()
-	defer release()
-	holdDone := make(chan error, 1)
-	go func() {
-		_, err := e.eng.Ingest(context.Background(), msg(holdConv, "hold-1"))
-		holdDone <- err
-	}()
-	e.waitHoldingBatch()
 	msgs := []NewMessage{msg("a", "a-1"), msg("c", "c-1"), msg("c", "c-2"), msg("d", "d-1")}
-	res := make([]ingestResult, len(msgs))
-	var wg sync.WaitGroup
-	for i, m := range msgs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			a, err := e.eng.Ingest(context.Background(), m)
-			res[i] = ingestResult{accepted: a, err: err}
-		}()
-		// One after another: c-1 is offered before c-2.
-		waitFor(t, "the call to wait for the batch slot", func() bool { _, p := e.eng.ingest.state(); return p == i+1 })
-	}
-	release()
-	if err := <-holdDone; err != nil {
-		t.Fatalf("holding message: %v", err)
-	}
+	answers := e.offerInOneBatch(msgs)
 	waitFor(t, "an ingest to wait for the application's conversation c", func() bool {
 		return e.count(`SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))`, appPID) > 0
 	})
@@ -84,7 +61,7 @@ func TestIngestBatchHoldsNoConversationWhileItWaits(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("the application's commit: %v", err)
 	}
-	wg.Wait()
+	res := answers()
 
 	// Every call answered as unbatched: a and d accepted; c's after the
 	// application's, or refused (503, Retry-After) if its row stayed held
@@ -156,5 +133,83 @@ SELECT count(*) FROM ordo.conversations c
 WHERE c.last_seq <> (SELECT count(*) FROM ordo.messages m WHERE m.conversation_pk = c.id)
    OR c.last_seq <> (SELECT coalesce(max(m.seq), 0) FROM ordo.messages m WHERE m.conversation_pk = c.id)`); n != 0 {
 		t.Fatalf("%d conversations with gaps in their seqs", n)
+	}
+}
+
+// An application holds conversation c past LockTimeout while a batch
+// carries a, c and d's messages: a's and d's are accepted without waiting
+// for it, c's are refused (503 with Retry-After, the contract's answer to
+// a lock held past LockTimeout) and not stored, and the batch itself did
+// not fail.
+func TestIngestBatchLeavesAHeldConversationBehind(t *testing.T) {
+	t.Parallel()
+	e := setupBatch(t, 1)
+	ctx := context.Background()
+	for _, c := range []string{"a", "c", "d"} {
+		e.mustIngest(msg(c, c+"-0"))
+	}
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', 'c', 'app-c', 'inbound', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	msgs := []NewMessage{msg("a", "a-1"), msg("c", "c-1"), msg("c", "c-2"), msg("d", "d-1")}
+	res := e.offerInOneBatch(msgs)()
+	for i, r := range res {
+		stored := e.count(`SELECT count(*) FROM ordo.messages WHERE message_id = $1`, msgs[i].MessageID)
+		if msgs[i].ConversationID == "c" {
+			if ErrorCode(r.err) != CodeUnavailable || stored != 0 {
+				t.Fatalf("%s, of the held conversation: %+v, %v, stored %d times; want refused (%s) and not stored", msgs[i].MessageID, r.accepted, r.err, stored, CodeUnavailable)
+			}
+			continue
+		}
+		if r.err != nil || r.accepted.Duplicate || stored != 1 {
+			t.Fatalf("%s: %+v, %v, stored %d times; want accepted once", msgs[i].MessageID, r.accepted, r.err, stored)
+		}
+	}
+	if n := e.eng.ingest.retried.Load(); n != 0 {
+		t.Fatalf("%d batches failed and ran again one by one; want the held conversation to leave the batch instead", n)
+	}
+}
+
+// offerInOneBatch offers msgs one after another (so each conversation's
+// in this order) while the engine's only batch slot is busy (a batch
+// waiting on holdConv), then lets that batch go: msgs gather in the next
+// one. The returned func waits for and returns their answers, in msgs'
+// order. Needs maxInFlight 1.
+func (e *batchEnv) offerInOneBatch(msgs []NewMessage) func() []ingestResult {
+	e.t.Helper()
+	if e.eng.ingest.maxInFlight != 1 || len(msgs) > e.eng.ingest.maxBatch {
+		e.t.Fatal("offerInOneBatch needs maxInFlight 1 and at most maxBatch messages")
+	}
+	release := e.holdConversation()
+	defer release()
+	holdDone := make(chan error, 1)
+	go func() {
+		_, err := e.eng.Ingest(context.Background(), msg(holdConv, fmt.Sprintf("hold-%d", e.eng.ingest.batches.Load())))
+		holdDone <- err
+	}()
+	e.waitHoldingBatch()
+	res := make([]ingestResult, len(msgs))
+	var wg sync.WaitGroup
+	for i, m := range msgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a, err := e.eng.Ingest(context.Background(), m)
+			res[i] = ingestResult{accepted: a, err: err}
+		}()
+		waitFor(e.t, "the call to wait for the batch slot", func() bool { _, p := e.eng.ingest.state(); return p == i+1 })
+	}
+	release()
+	if err := <-holdDone; err != nil {
+		e.t.Fatalf("holding message: %v", err)
+	}
+	return func() []ingestResult {
+		wg.Wait()
+		return res
 	}
 }
