@@ -11,6 +11,17 @@ package engine
 // short-lived goroutine that runs batches while calls are waiting, and ends
 // when none are. There is no timer either: a lone call runs at once, and
 // calls gather only while earlier batches are in flight.
+//
+// A batch holds several conversations' rows, so it never waits for one
+// while it holds another (sql/LOCKING.md): an application's transaction
+// may hold them in any order, and a wait inside such a cycle lets a
+// deadlock check fail someone. It waits only for its first conversation's
+// row (ordo.enqueue_messages), before it holds any, and only tries each
+// later one; a conversation another transaction holds leaves the batch,
+// its messages together, for a transaction of its own (runAlone) that
+// waits for that row alone. No batch takes a conversation a running batch
+// or such a transaction holds (batcher.take), so ordo's own batches never
+// find each other's rows taken.
 
 import (
 	"cmp"
@@ -43,14 +54,16 @@ const (
 	defaultMaxBatch = 64
 	// batchTimeout bounds one batch, whose context is no single caller's.
 	batchTimeout = WriteTimeout
-	// batchLockTimeout bounds how long a batch waits for any row lock (a
-	// conversation held by an application's long transaction, say). A batch
-	// that would wait longer fails at once and its messages run on their
-	// own (with LockTimeout each), so one locked conversation holds up
-	// neither the batch slots nor the other tenants' messages.
+	// batchLockTimeout bounds how long a batch waits for its first
+	// conversation's row (held by an application's long transaction, say),
+	// the one row it waits for. A batch that would wait longer fails and
+	// its messages run on their own (with LockTimeout each), so one locked
+	// conversation holds up neither the batch slots nor the other tenants'
+	// messages.
 	batchLockTimeout = "500ms"
-	// fallbackParallel bounds the messages of failed batches run on their
-	// own at once (each takes a pool connection for up to LockTimeout): the
+	// fallbackParallel bounds the messages of failed batches, and the
+	// conversations that left a batch, run on their own at once (each
+	// takes a pool connection for up to LockTimeout): the
 	// pool is shared with the drains, whose sessions must not wait for one.
 	fallbackParallel = 8
 )
