@@ -90,6 +90,20 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 	own := len(b.convs)
 	defer func() { r.room.give(own) }()
 	giveBack := func(n int) { own -= n; r.room.give(n) }
+	// While the batch has room for more and its tenant is alone here, it
+	// gathers (fair.Scheduler.Gather): the tenant's conversations that
+	// become due join it at its next round instead of being claimed by
+	// other runners in batches of their own.
+	gathering := false
+	gather := func(on bool) { // at a round's start
+		if on || gathering {
+			r.sched.gather(b.tenant, on, gathering)
+			gathering = on
+		}
+	}
+	defer gather(false)
+	gather(own < r.cfg.BatchSize && r.sched.alone(b.tenant))
+	r.sched.passOn(b.tenant, b.more)
 	drains := d.cfg.Metrics.DrainStarted
 	var done []func()
 	defer func() {
@@ -170,7 +184,7 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 			}
 		}
 		var refill *batch
-		if goOn && haveCred && failed == 0 {
+		if goOn && haveCred && failed == 0 && r.sched.alone(b.tenant) {
 			refill = &batch{tenant: b.tenant}
 			// Room freed meanwhile joins the running batch rather than
 			// starting a batch of its own: fewer, fuller batches cost less
@@ -196,11 +210,16 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 				alone++
 			}
 		}
-		if surplus := own - len(next) - alone; surplus > 0 && (alone > 0 || len(next) == 0 || !goOn) {
-			// Kept for a refill only while the run goes on and nothing
-			// waits: one ended alone may wait for an import's row lock.
+		if surplus := own - len(next) - alone; surplus > 0 && (alone > 0 || len(next) == 0 || !goOn || refill == nil) {
+			// Kept for a refill only while the run goes on and refills
+			// and nothing waits: one ended alone may wait for an import's
+			// row lock.
 			giveBack(surplus)
 		}
+		// A refill that was offered conversations and took none found one
+		// that needs a drain of its own first in line (or all taken): a
+		// claim must go to it.
+		blocked := refill != nil && refill.max > 0 && len(refill.convs) == 0
 		for i := range active {
 			if c := &active[i]; !c.recorded && !endOne(c) {
 				cancel()
@@ -209,6 +228,7 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 		}
 		cancel()
 		active = next
+		gather(len(active) > 0 && refill != nil && !blocked && alone == 0 && own < r.cfg.BatchSize && r.sched.alone(b.tenant))
 	}
 	if !ended {
 		if _, err := conn.Exec(context.WithoutCancel(ctx), endBatchQuery); err != nil {

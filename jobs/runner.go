@@ -354,7 +354,7 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 			phone = d.warmCredential(ctx, conn, t.Tenant)
 		}
 		var bt *batch
-		if room > 1 && t.Cap == 0 && phone != nil {
+		if t.Cap == 0 && phone != nil {
 			bt = &batch{tenant: t.Tenant, max: room}
 		}
 		claimed := time.Now()
@@ -382,7 +382,6 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 			if bt.more {
 				r.lastBacklog.Store(time.Now().UnixNano())
 			}
-			r.sched.passOn(t.Tenant, bt.more)
 			if !r.drainBatch(ctx, conn, bt, claimed, name) { // gives back the batch's room
 				drop(false)
 			}

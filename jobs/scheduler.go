@@ -137,6 +137,28 @@ func (s *scheduler) handOff(mine int64) bool {
 	return s.m.HandOff(time.Now(), mine)
 }
 
+// alone says whether tenant is the only one that wants a worker here
+// (fair.Scheduler.Alone): a batch of its may take more conversations.
+func (s *scheduler) alone(tenant int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.Alone(time.Now(), tenant)
+}
+
+// gather: a batch of tenant starts a round after which it takes in more of
+// the tenant's conversations (on), or stopped doing so; was is what it
+// said last (fair.Scheduler.Gather). When the tenant's last batch stops, a
+// runner is woken to claim what the batches did not take.
+func (s *scheduler) gather(tenant int64, on, was bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	s.m.Gather(now, tenant, on, was)
+	if !on && was && !s.m.Gathering(now, tenant) {
+		s.wakeLocked()
+	}
+}
+
 // released: a drain of tenant in this process ended. When it held one of
 // the tenant's concurrency slots (capped), a runner is woken to use it.
 func (s *scheduler) released(tenant int64, capped bool) {
@@ -181,7 +203,7 @@ func (s *scheduler) passOn(tenant int64, more bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.m.PassOn(tenant, more)
-	if more {
+	if more && !s.m.Gathering(time.Now(), tenant) {
 		s.wakeWaiter()
 	}
 }

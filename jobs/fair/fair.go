@@ -25,6 +25,18 @@
 //     runner claims for that tenant first. A waiting tenant with nothing
 //     running in this process is urgent (Urgent): served before the round,
 //     and beyond the process's room when there is none (Room.Overdraw).
+//   - A batch (several conversations of one tenant drained together, one
+//     write per round for all of them) costs a fraction of a message per
+//     message; many small batches cost almost what drains alone do. So a
+//     tenant alone in the round (Alone: no other tenant due or waiting)
+//     is served by its batch running here, which takes more of its
+//     conversations at each round (a refill), rather than by new claims:
+//     while that batch is gathering (Gather), the tenant sits out of the
+//     round, and its conversations that become due meanwhile join the
+//     batch instead of starting batches of one or two of their own — for
+//     at most a turn slice of one round.
+//     With another tenant due, batches do not refill: the workers go by
+//     the round, by weight.
 //   - Each process keeps its own model; a tenant's cap holds across
 //     processes because the claim takes one of its advisory-lock slots.
 package fair
@@ -108,13 +120,24 @@ type Scheduler struct {
 	// a round's worth (its weight): its next visits in the round skip as
 	// many, so that being served early is not a share on top of its own.
 	served map[int64]int
+	// gathering holds, for each tenant with batches in this process that
+	// take in its conversations as they become due (Gather), how many and
+	// when the latest of their rounds began: it sits out of the round
+	// meanwhile, for at most a turn slice of a round.
+	gathering map[int64]gathering
+}
+
+type gathering struct {
+	n  int
+	at time.Time
 }
 
 // New returns a model that reads the ready set before its first round.
 func New(cfg Config) *Scheduler {
 	return &Scheduler{cfg: cfg, stale: true,
 		dueAt: map[int64]time.Time{}, pickedAt: map[int64]time.Time{}, known: map[int64]Turn{},
-		blocked: map[int64]time.Time{}, running: map[int64]int{}, ended: map[int64]time.Time{}, served: map[int64]int{}}
+		blocked: map[int64]time.Time{}, running: map[int64]int{}, ended: map[int64]time.Time{}, served: map[int64]int{},
+		gathering: map[int64]gathering{}}
 }
 
 // NoteDue records that a conversation of tenant became due at now (0: of
@@ -259,6 +282,59 @@ func (s *Scheduler) Released(now time.Time, tenant int64, capped bool) {
 	}
 }
 
+// Alone says whether tenant is the only one that wants a worker here at
+// now: no other tenant is in the round (due at the last read of the ready
+// set, not sitting out a miss) or waiting for a worker since. Only then
+// may a batch of tenant take more of its conversations (a refill) and
+// gather: with another tenant due, every claim goes by the round.
+func (s *Scheduler) Alone(now time.Time, tenant int64) bool {
+	for _, t := range s.round {
+		if _, blocked := s.blocked[t.Tenant]; t.Tenant != tenant && !blocked {
+			return false
+		}
+	}
+	for id, at := range s.dueAt {
+		if id != tenant && at.After(s.pickedAt[id]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Gather records that a batch of tenant running in this process starts a
+// round at now after which it takes in more of the tenant's conversations
+// (on: it has room for more, and the tenant is Alone), or that it stopped
+// doing so. While one does, the tenant sits out of the round: its
+// conversations that become due meanwhile wait for that round's end, not
+// for a claim — but not past a turn slice of one round (a send that
+// hangs must not hold the tenant's others). When the last stops, the
+// tenant is back in the round: the caller wakes a runner.
+func (s *Scheduler) Gather(now time.Time, tenant int64, on, was bool) {
+	g := s.gathering[tenant]
+	switch {
+	case on:
+		if !was {
+			g.n++
+		}
+		g.at = now
+		s.gathering[tenant] = g
+	case was:
+		if g.n--; g.n <= 0 {
+			delete(s.gathering, tenant)
+			s.stale = true
+		} else {
+			s.gathering[tenant] = g
+		}
+	}
+}
+
+// Gathering says whether a batch of tenant gathers at now in this process
+// (Gather), within a turn slice of its round's start.
+func (s *Scheduler) Gathering(now time.Time, tenant int64) bool {
+	g, ok := s.gathering[tenant]
+	return ok && now.Sub(g.at) < s.cfg.Slice
+}
+
 // Running is how many drains of tenant run in this process.
 func (s *Scheduler) Running(tenant int64) int { return s.running[tenant] }
 
@@ -308,7 +384,13 @@ func (s *Scheduler) Waited(now time.Time) {
 // Wait is how long a runner with nothing to claim waits at most at now:
 // until the earliest known due time, or a poll interval.
 func (s *Scheduler) Wait(now time.Time) time.Duration {
-	return max(min(s.nextDue.Sub(now), s.cfg.Poll), time.Millisecond)
+	d := min(s.nextDue.Sub(now), s.cfg.Poll)
+	for _, g := range s.gathering {
+		// A round that outlasts its slice: the tenant's due
+		// conversations are for claims again.
+		d = min(d, g.at.Add(s.cfg.Slice).Sub(now))
+	}
+	return max(d, time.Millisecond)
 }
 
 // Pick returns the tenant to claim from next, counted as picked at now:
@@ -345,11 +427,23 @@ func (s *Scheduler) Pick(now time.Time, fresh bool) (Turn, Decision) {
 			return Turn{}, None
 		}
 	}
+	// A tenant whose batch gathers is served by it: no claim for it.
+	if !slices.ContainsFunc(s.round, func(t Turn) bool { return !s.Gathering(now, t.Tenant) }) {
+		return Turn{}, None
+	}
 	// Skip the visits of tenants served out of turn — unless every tenant
 	// of the round was: then the next one goes all the same (a round of
 	// one tenant must not come back empty).
 	for skipped := 0; ; {
 		t := s.round[s.pos]
+		if s.Gathering(now, t.Tenant) {
+			s.advance()
+			if s.pos >= len(s.round) {
+				s.pos = 0
+				s.left = s.round[0].Weight
+			}
+			continue
+		}
 		s.left--
 		if s.left <= 0 {
 			s.advance()

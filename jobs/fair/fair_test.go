@@ -198,6 +198,63 @@ func TestModel(t *testing.T) {
 				t.Fatalf("picked %v after the hand-off; want 3", got)
 			}
 		}},
+		{"a tenant alone whose batch gathers sits out; back when it stops", func(t *testing.T, s *Scheduler) {
+			rows := []Due{due(1, 1, 0, 0)}
+			picks(s, t0, rows, 1)
+			s.PassOn(1, true)
+			if !s.Alone(t0, 1) {
+				t.Fatal("tenant 1 is the only one due, yet not alone")
+			}
+			s.Gather(t0, 1, true, false)
+			s.NoteDue(t0, 1) // its next conversation: for the batch's refill
+			if got := picks(s, t0, rows, 2); !slices.Equal(got, []int64{0, 0}) {
+				t.Fatalf("picks %v while its batch gathers; want none", got)
+			}
+			if w := s.Wait(t0); w != 100*time.Millisecond {
+				t.Fatalf("wait %s; want the round's slice", w)
+			}
+			next := t0.Add(10 * time.Millisecond) // the batch's next round
+			s.Gather(next, 1, true, true)
+			s.Gather(next, 1, false, true)
+			if got := picks(s, next, rows, 1); got[0] != 1 {
+				t.Fatalf("picks %v after its batch stopped gathering; want 1", got)
+			}
+		}},
+		{"a gathering round that outlasts its slice lets claims go to the tenant", func(t *testing.T, s *Scheduler) {
+			// A send that hangs must not hold the tenant's other
+			// conversations for the whole send timeout.
+			rows := []Due{due(1, 1, 0, 0)}
+			picks(s, t0, rows, 1)
+			s.PassOn(1, true)
+			s.Gather(t0, 1, true, false)
+			late := t0.Add(100 * time.Millisecond)
+			if got := picks(s, late, rows, 1); got[0] != 1 {
+				t.Fatalf("picks %v a slice into a gathering round; want 1", got)
+			}
+		}},
+		{"with another tenant due, no tenant is alone, and the round goes by weight", func(t *testing.T, s *Scheduler) {
+			rows := []Due{due(1, 3, 0, 0), due(2, 1, 0, 0)}
+			picks(s, t0, rows, 1)
+			if s.Alone(t0, 1) || s.Alone(t0, 2) {
+				t.Fatal("two tenants due, yet one is alone: its batch would refill past the other's turn")
+			}
+			s.Missed(t0, 2, t0) // 2 had nothing after all: 1 is alone again
+			if !s.Alone(t0, 1) {
+				t.Fatal("the other tenant sits out a miss, yet 1 is not alone")
+			}
+			s.NoteDue(t0.Add(time.Millisecond), 2)
+			if s.Alone(t0.Add(time.Millisecond), 1) {
+				t.Fatal("tenant 2 waits for a worker, yet 1 is alone")
+			}
+		}},
+		{"a gathering tenant's visits go to the others of the round", func(t *testing.T, s *Scheduler) {
+			rows := []Due{due(1, 2, 0, 0), due(2, 1, 0, 0)}
+			picks(s, t0, rows, 1)
+			s.Gather(t0, 1, true, false)
+			if got := picks(s, t0, rows, 3); !slices.Equal(got, []int64{2, 2, 2}) {
+				t.Fatalf("picks %v; want only tenant 2 while 1 gathers", got)
+			}
+		}},
 		{"take: room first, then one beyond it per overdraft for urgent tenants", func(t *testing.T, s *Scheduler) {
 			s.Refresh(t0, []Due{due(1, 1, 0, 0), due(2, 1, 0, 0), due(3, 1, 0, 0)})
 			r := Room{Free: 2, Over: 1}
