@@ -213,3 +213,70 @@ func (e *batchEnv) offerInOneBatch(msgs []NewMessage) func() []ingestResult {
 		return res
 	}
 }
+
+// The conversation that left a batch is committed in a transaction of its
+// own; a bad message among its messages fails only itself there too.
+func TestIngestHeldConversationsBadMessageFailsOnlyItself(t *testing.T) {
+	t.Parallel()
+	e := setupBatch(t, 1)
+	ctx := context.Background()
+	for _, c := range []string{"a", "c"} {
+		e.mustIngest(msg(c, c+"-0"))
+	}
+	app, err := pgx.Connect(ctx, e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = app.Close(context.Background()) })
+	var appPID int
+	if err := app.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&appPID); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := app.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', 'c', 'app-c', 'inbound', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	bad := msg("c", "c-bad")
+	bad.Direction = "sideways"
+	msgs := []NewMessage{msg("a", "a-1"), msg("c", "c-1"), bad, msg("c", "c-2")}
+	answers := e.offerInOneBatch(msgs)
+	waitFor(t, "c's messages to wait for the application's row", func() bool {
+		return e.count(`SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))`, appPID) > 0
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := answers()
+	if n := e.eng.ingest.left.Load(); n != 3 {
+		t.Fatalf("%d messages left the batch, want c's 3", n)
+	}
+	var seqs []int64
+	for i, r := range res {
+		m := msgs[i]
+		if m.MessageID == "c-bad" {
+			if ErrorCode(r.err) != CodeInvalid || e.count(`SELECT count(*) FROM ordo.messages WHERE message_id = 'c-bad'`) != 0 {
+				t.Fatalf("c-bad: %+v, %v; want refused (%s) and not stored", r.accepted, r.err, CodeInvalid)
+			}
+			continue
+		}
+		// Refused (503) only if the application's row stayed held past
+		// LockTimeout, and then c-2 with c-1.
+		if ErrorCode(r.err) == CodeUnavailable && m.ConversationID == "c" && (m.MessageID == "c-1" || ErrorCode(res[1].err) == CodeUnavailable) {
+			continue
+		}
+		if r.err != nil || r.accepted.Duplicate {
+			t.Fatalf("%s: %+v, %v; want accepted", m.MessageID, r.accepted, r.err)
+		}
+		if m.ConversationID == "c" {
+			seqs = append(seqs, r.accepted.Seq)
+		}
+	}
+	// c-0 and app-c come first: c-1 and c-2 take 3 and 4.
+	if len(seqs) == 2 && (seqs[0] != 3 || seqs[1] != 4) {
+		t.Fatalf("c-1 and c-2 got seqs %v, want [3 4]", seqs)
+	}
+}
