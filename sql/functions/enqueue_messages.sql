@@ -15,7 +15,9 @@
 -- nothing else). A conversation whose row is not there yet is inserted by
 -- enqueue_message; the one wait left there is for another transaction that
 -- is inserting the same new conversation at that moment, bounded by the
--- caller's lock_timeout.
+-- caller's lock_timeout (Postgres has no NOWAIT for a unique check; a
+-- transaction advisory lock marking each insert would cost an
+-- application's import one lock-table slot per new conversation).
 CREATE OR REPLACE FUNCTION ordo.enqueue_messages(
     tenant_slug     text,
     conversation_id text,
