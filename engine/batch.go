@@ -458,12 +458,6 @@ func (e *Engine) ingestOne(ctx context.Context, m NewMessage) (a Accepted, err e
 	return a, nil
 }
 
-// enqueueGroupQuery stores the messages of one conversation of a batch,
-// in order (ordo.enqueue_messages, checked as enqueueQuery's): $7 true
-// waits for the conversation's row, false only tries it, and no row back
-// then means another transaction holds it and nothing was stored.
-const enqueueGroupQuery = `SELECT id, seq, duplicate FROM ordo.enqueue_messages($1, $2, $3, $4, $5, $6, $7, true)`
-
 // enqueueBatch stores calls (sorted by conversation) in one pipelined
 // implicit transaction, one ordo.enqueue_messages per conversation, and
 // returns the answers once it committed. The transaction waits only for
@@ -487,17 +481,11 @@ func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall, lockTime
 	}
 	groups := conversationGroups(calls)
 	for g, group := range groups {
-		ids := make([]string, len(group))
-		dirs := make([]*string, len(group))
-		payloads := make([]json.RawMessage, len(group))
-		onReuse := make([]string, len(group))
-		for i, c := range group {
-			ids[i], payloads[i], onReuse[i] = c.msg.MessageID, c.msg.Payload, c.msg.onReuse()
-			if c.msg.Direction != "" {
-				dirs[i] = &c.msg.Direction
-			}
+		var msgs convMessages
+		for _, c := range group {
+			msgs.add(c.msg)
 		}
-		batch.Queue(enqueueGroupQuery, group[0].msg.Tenant, group[0].msg.ConversationID, ids, dirs, payloads, onReuse, g == 0)
+		batch.Queue(enqueueGroupQuery, msgs.args(g == 0)...)
 	}
 	queuePrepareCommit(batch)
 	conn, err := e.pool.Acquire(ctx)
@@ -557,28 +545,17 @@ func readGroup(br pgx.BatchResults, group []*ingestCall, out []ingestResult, ids
 	if err != nil {
 		return 0, err
 	}
-	defer rows.Close()
-	n := 0
-	for rows.Next() {
-		if n == len(group) {
-			return 0, fmt.Errorf("enqueue messages: more answers than the %d messages", len(group))
-		}
-		c := group[n]
-		a := Accepted{MessageID: c.msg.MessageID, ConversationID: c.msg.ConversationID, Status: "queued"}
-		if err := rows.Scan(&ids[n], &a.Seq, &a.Duplicate); err != nil {
-			return 0, err
-		}
-		a.ID = strconv.FormatInt(ids[n], 10)
-		out[n].accepted = a
-		n++
-	}
-	if err := rows.Err(); err != nil {
+	got, err := scanEnqueued(rows, len(group))
+	if err != nil {
 		return 0, err
 	}
-	if n != 0 && n != len(group) {
-		return 0, fmt.Errorf("enqueue messages: %d answers for %d messages", n, len(group))
+	for n, r := range got {
+		c := group[n]
+		ids[n] = r.id
+		out[n].accepted = Accepted{ID: strconv.FormatInt(r.id, 10), MessageID: c.msg.MessageID, ConversationID: c.msg.ConversationID,
+			Seq: r.seq, Duplicate: r.duplicate, Status: "queued"}
 	}
-	return n, nil
+	return len(got), nil
 }
 
 // conversationGroups splits calls, sorted by conversation, into each
@@ -594,4 +571,73 @@ func conversationGroups(calls []*ingestCall) [][]*ingestCall {
 		i = j
 	}
 	return groups
+}
+
+// One conversation's messages in a transaction that holds several
+// conversations: a batch here, and a webhook delivery (webhooks.go),
+// which follows the same rule — its first conversation's row waited for,
+// each later one only tried, a held one committed in a transaction of its
+// own that waits for that row alone.
+
+// enqueueGroupQuery stores the messages of one conversation, in order
+// (ordo.enqueue_messages, checked as enqueueQuery's): $7 true waits for
+// the conversation's row, false only tries it, and no row back then means
+// another transaction holds it and nothing was stored.
+const enqueueGroupQuery = `SELECT id, seq, duplicate FROM ordo.enqueue_messages($1, $2, $3, $4, $5, $6, $7, true)`
+
+// convMessages is one conversation's messages, in order, as
+// ordo.enqueue_messages takes them.
+type convMessages struct {
+	tenant, conversation string
+	ids                  []string
+	dirs                 []*string
+	payloads             []json.RawMessage
+	onReuse              []string
+}
+
+// add appends m, a message of g's conversation.
+func (g *convMessages) add(m NewMessage) {
+	g.tenant, g.conversation = m.Tenant, m.ConversationID
+	var dir *string
+	if m.Direction != "" {
+		dir = &m.Direction
+	}
+	g.ids, g.dirs = append(g.ids, m.MessageID), append(g.dirs, dir)
+	g.payloads, g.onReuse = append(g.payloads, m.Payload), append(g.onReuse, m.onReuse())
+}
+
+// args is enqueueGroupQuery's arguments: wait for the conversation's row
+// (a transaction's first conversation), or only try it.
+func (g *convMessages) args(wait bool) []any {
+	return []any{g.tenant, g.conversation, g.ids, g.dirs, g.payloads, g.onReuse, wait}
+}
+
+// enqueued is ordo.enqueue_messages' answer for one message.
+type enqueued struct {
+	id, seq   int64
+	duplicate bool
+}
+
+// scanEnqueued reads enqueueGroupQuery's rows for n messages: n answers in
+// their order, or none when another transaction held the conversation.
+func scanEnqueued(rows pgx.Rows, n int) ([]enqueued, error) {
+	defer rows.Close()
+	var out []enqueued
+	for rows.Next() {
+		if len(out) == n {
+			return nil, fmt.Errorf("enqueue messages: more answers than the %d messages", n)
+		}
+		var a enqueued
+		if err := rows.Scan(&a.id, &a.seq, &a.duplicate); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) != 0 && len(out) != n {
+		return nil, fmt.Errorf("enqueue messages: %d answers for %d messages", len(out), n)
+	}
+	return out, nil
 }

@@ -1,19 +1,35 @@
 package engine
 
 // Storage of Meta's WhatsApp webhooks. Meta redelivers anything not answered
-// 200 (for up to 7 days) and sends duplicates anyway, so a delivery is all or
-// nothing: every message and status of it is written in one transaction, and
-// the caller answers 200 only after the commit. A repeat delivery dedupes on
-// the messages' UNIQUE (tenant, message_id).
+// 200 (for up to 7 days) and sends duplicates anyway, so a delivery is
+// answered 200 only once every message and status of it is committed, and
+// a repeat delivery dedupes on the messages' UNIQUE (tenant, message_id).
 //
 // Lock order of a delivery (sql/LOCKING.md, the same as a drain's):
-// conversations first, in sorted order (the messages, through
-// ordo.enqueue_message), then the send steps its statuses touch, in id
-// order, then their messages. Concurrent deliveries touching the same
-// conversations therefore queue instead of deadlocking, and so do a
-// delivery and a drain finishing a step it carries a status for. Lock waits
-// are bounded (LockTimeout): a conversation held by an application's long
-// transaction makes the delivery answer 503, which Meta redelivers.
+// conversations first, in sorted order, each one's messages in their
+// user's order (ordo.enqueue_messages), then the send steps its statuses
+// touch, in id order, then their messages. A delivery holds several
+// conversations at once, so it never waits for one while it holds another
+// (batch.go, enqueueGroupQuery): an application's transaction may hold them in any
+// order (ordo.enqueue_message), and a delivery that held a and waited for
+// c while the application held c and asked for a was a lock cycle in
+// which a deadlock check cancelled the application or a third transaction
+// (TestWhatsAppDeliveryHoldsNoConversationWhileItWaits). The delivery's
+// transaction waits only for its first conversation's row, before it holds
+// any, and only tries each later one; the statuses and every conversation
+// it got commit together. A conversation another transaction held is
+// committed next, in a transaction of its own that waits for that row
+// alone, its messages together and in order. Lock waits are bounded
+// (LockTimeout): a conversation held longer by an application's long
+// transaction leaves the delivery answered 503 with that conversation's
+// messages not stored and the others committed; Meta's redelivery stores
+// the rest and finds the others duplicates. Each conversation's messages
+// are stored all or none, so its order holds across a redelivery.
+//
+// The statuses' wait for a step row, holding the delivery's conversations,
+// is no cycle (sql/LOCKING.md, "A webhook delivery"): whoever holds a step
+// took its conversation's row first, so not one the delivery holds, or
+// holds no conversation, and nobody takes a conversation after a step.
 //
 // A failed status (Meta took a send and could not deliver it) is recorded
 // on the step with its reason and class, like an error answered at once.
@@ -34,6 +50,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 
 	"github.com/jackc/pgerrcode"
@@ -73,11 +90,17 @@ type WebhookResult struct {
 	Statuses int `json:"statuses"`
 }
 
-// StoreWebhook writes an authenticated delivery in one transaction, retried
-// when Postgres breaks a deadlock between concurrent deliveries. A delivery
-// that carries anything for a business number other than the tenant's is
-// refused whole (CodeInvalid): a Meta app may serve several numbers, and
-// ordo must not answer one number's users from another.
+// StoreWebhook writes an authenticated delivery: its statuses and the
+// messages of every conversation it can take without waiting while it
+// holds another in one transaction, each conversation another
+// transaction held in one of its own afterwards (the header above). Each
+// transaction is retried when Postgres breaks a deadlock between
+// concurrent deliveries. nil means all of them committed; an error means
+// Meta must redeliver, and each conversation's messages are stored all
+// or none. A delivery that carries anything for a business number other
+// than the tenant's is refused whole (CodeInvalid): a Meta app may serve
+// several numbers, and ordo must not answer one number's users from
+// another.
 func (e *Engine) StoreWebhook(ctx context.Context, t WebhookTenant, wh whatsapp.Webhook) (WebhookResult, error) {
 	if err := checkNumber(wh, t.PhoneNumberID); err != nil {
 		e.logger.InfoContext(ctx, "whatsapp webhook refused", slog.String("tenant", t.Slug), slog.String("error", err.Error()))
@@ -86,73 +109,156 @@ func (e *Engine) StoreWebhook(ctx context.Context, t WebhookTenant, wh whatsapp.
 	if len(wh.Messages) == 0 && len(wh.Statuses) == 0 {
 		return WebhookResult{}, nil
 	}
-	// One lock order for every delivery: conversations sorted (a user's
-	// messages keep their order), so concurrent deliveries touching the same
-	// conversations queue instead of deadlocking.
-	msgs := slices.Clone(wh.Messages)
+	groups := inboundGroups(wh.Messages)
+	statuses := newStatusBatch(wh.Statuses)
+	var left [][]whatsapp.Inbound // conversations another transaction held
+	res, err := e.webhookTx(ctx, t.Slug, func(tx pgx.Tx, d *delivered) error {
+		left = left[:0]
+		// Conversations first (the messages), then steps (the statuses).
+		for g, group := range groups {
+			stored, err := e.storeInbound(ctx, tx, t, group, g == 0, d)
+			if err != nil {
+				return err
+			}
+			if !stored {
+				left = append(left, group)
+			}
+		}
+		if len(wh.Statuses) > 0 {
+			n, err := e.applyStatuses(ctx, tx, t.ID, statuses)
+			if err != nil {
+				return err
+			}
+			d.Statuses = n
+			if d.billed, err = recordUsage(ctx, tx, t.ID, wh.Statuses); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil || len(left) == 0 {
+		return res, err
+	}
+	// Each in a transaction of its own that holds nothing while it waits
+	// (at most fallbackParallel of them at once, with REST's), all before
+	// the answer: 200 only once every message is committed.
+	results := make([]WebhookResult, len(left))
+	errs := make([]error, len(left))
+	var wg sync.WaitGroup
+	for i, group := range left {
+		wg.Go(func() {
+			e.fallbackSem <- struct{}{}
+			defer func() { <-e.fallbackSem }()
+			results[i], errs[i] = e.webhookTx(ctx, t.Slug, func(tx pgx.Tx, d *delivered) error {
+				_, err := e.storeInbound(ctx, tx, t, group, true, d)
+				return err
+			})
+		})
+	}
+	wg.Wait()
+	for i := range left {
+		res.Accepted += results[i].Accepted
+		res.Duplicates += results[i].Duplicates
+		if err == nil {
+			err = errs[i] // the first conversation's, in the lock order
+		}
+	}
+	return res, err
+}
+
+// delivered is what one of a delivery's transactions wrote.
+type delivered struct {
+	WebhookResult
+	billed map[string]int // new billable messages by category
+}
+
+// webhookTx runs fn in one transaction (writeTx: lock waits bounded by
+// LockTimeout, committed durably), again with a fresh delivered when
+// Postgres aborted it to break a deadlock or a serialization conflict,
+// and counts what the committed one wrote in the metrics.
+func (e *Engine) webhookTx(ctx context.Context, tenant string, fn func(tx pgx.Tx, d *delivered) error) (WebhookResult, error) {
+	for attempt := 1; ; attempt++ {
+		var d delivered
+		err := e.writeTx(ctx, func(tx pgx.Tx) error { return fn(tx, &d) })
+		if err == nil {
+			for _, cat := range sortedCategories(d.billed) {
+				e.metrics.Billable(tenant, cat, d.billed[cat])
+			}
+			// Counted once committed, as REST's are.
+			e.metrics.Accepted(metrics.SourceWebhook, "inbound", d.Accepted, d.Duplicates)
+			e.metrics.WebhookStatuses(d.Statuses)
+			return d.WebhookResult, nil
+		}
+		if attempt == webhookTxAttempts || !isTxConflict(err) {
+			if ErrorCode(err) == CodeInternal {
+				err = translate(err, "store webhook")
+			}
+			return WebhookResult{}, err
+		}
+	}
+}
+
+// inboundGroups sorts a delivery's messages into its conversations, in
+// the lock order (sql/LOCKING.md), each one's messages in the order their
+// user wrote them (Meta's timestamps; equal ones as delivered).
+func inboundGroups(in []whatsapp.Inbound) [][]whatsapp.Inbound {
+	msgs := slices.Clone(in)
 	slices.SortStableFunc(msgs, func(a, b whatsapp.Inbound) int {
 		if c := strings.Compare(a.ConversationID, b.ConversationID); c != 0 {
 			return c
 		}
 		return a.Timestamp.Compare(b.Timestamp)
 	})
-	statuses := newStatusBatch(wh.Statuses)
-	for attempt := 1; ; attempt++ {
-		var (
-			res    WebhookResult
-			billed map[string]int // new billable messages by category
-		)
-		err := e.writeTx(ctx, func(tx pgx.Tx) error {
-			// Conversations first (the messages), then steps (the statuses).
-			for _, m := range msgs {
-				payload := storable(m.Payload)
-				if u := mediaURL(t.PublicBase, m.MediaID); u != "" {
-					payload = whatsapp.WithMediaURL(payload, m.Type, u)
-				}
-				a, err := e.IngestTx(ctx, tx, NewMessage{
-					Tenant: t.Slug, ConversationID: m.ConversationID, MessageID: m.MessageID,
-					Direction: "inbound", Payload: payload, ReuseIsDuplicate: true,
-				})
-				if err != nil {
-					return err
-				}
-				if a.Duplicate {
-					res.Duplicates++
-					continue
-				}
-				res.Accepted++
-				// The service window, a read receipt to send, the media id.
-				if err := noteInbound(ctx, tx, t.ID, m, a.ID); err != nil {
-					return err
-				}
-			}
-			if len(wh.Statuses) > 0 {
-				n, err := e.applyStatuses(ctx, tx, t.ID, statuses)
-				if err != nil {
-					return err
-				}
-				res.Statuses = n
-				if billed, err = recordUsage(ctx, tx, t.ID, wh.Statuses); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err == nil {
-			for _, cat := range sortedCategories(billed) {
-				e.metrics.Billable(t.Slug, cat, billed[cat])
-			}
-			// Counted once committed, as REST's are.
-			e.metrics.Accepted(metrics.SourceWebhook, "inbound", res.Accepted, res.Duplicates)
-			e.metrics.WebhookStatuses(res.Statuses)
+	var groups [][]whatsapp.Inbound
+	for i := 0; i < len(msgs); {
+		j := i + 1
+		for j < len(msgs) && msgs[j].ConversationID == msgs[i].ConversationID {
+			j++
 		}
-		if err == nil || attempt == webhookTxAttempts || !isTxConflict(err) {
-			if err != nil && ErrorCode(err) == CodeInternal {
-				err = translate(err, "store webhook")
-			}
-			return res, err
+		groups = append(groups, msgs[i:j:j])
+		i = j
+	}
+	return groups
+}
+
+// storeInbound stores group, one conversation's messages, in tx
+// (ordo.enqueue_messages: waiting for the conversation's row when wait,
+// else only trying it) and notes each new one (noteInbound: the service
+// window, a read receipt to send, the media id), counting them in d. It
+// reports false, with nothing stored, when the row was only tried and
+// another transaction holds it.
+func (e *Engine) storeInbound(ctx context.Context, tx pgx.Tx, t WebhookTenant, group []whatsapp.Inbound, wait bool, d *delivered) (bool, error) {
+	var msgs convMessages
+	for _, m := range group {
+		payload := storable(m.Payload)
+		if u := mediaURL(t.PublicBase, m.MediaID); u != "" {
+			payload = whatsapp.WithMediaURL(payload, m.Type, u)
+		}
+		msgs.add(NewMessage{Tenant: t.Slug, ConversationID: m.ConversationID, MessageID: m.MessageID,
+			Direction: "inbound", Payload: payload, ReuseIsDuplicate: true})
+	}
+	rows, _ := tx.Query(ctx, enqueueGroupQuery, msgs.args(wait)...) // batch.go
+	got, err := scanEnqueued(rows, len(group))
+	if err != nil {
+		return false, translate(err, "enqueue message")
+	}
+	if len(got) == 0 {
+		if wait {
+			return false, translate(errors.New("enqueue messages: no answer"), "enqueue message")
+		}
+		return false, nil
+	}
+	for i, a := range got {
+		if a.duplicate {
+			d.Duplicates++
+			continue
+		}
+		d.Accepted++
+		if err := noteInbound(ctx, tx, t.ID, group[i], strconv.FormatInt(a.id, 10)); err != nil {
+			return false, err
 		}
 	}
+	return true, nil
 }
 
 // checkNumber refuses a webhook that carries anything for a business number

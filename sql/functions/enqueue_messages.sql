@@ -1,18 +1,20 @@
 -- ordo.enqueue_messages is ordo.enqueue_message for several messages of one
 -- conversation, in their order, in the caller's transaction: one row back
 -- per message, in the same order. The REST group commit (engine/batch.go)
--- calls it once per conversation of a batch, so that a batch holding some
--- conversations never waits for another (sql/LOCKING.md):
+-- calls it once per conversation of a batch, and a webhook delivery
+-- (engine/webhooks.go) once per conversation of the delivery, so that a
+-- transaction holding some conversations never waits for another
+-- (sql/LOCKING.md; engine/batch.go, enqueueGroupQuery):
 --
 -- p_wait => true waits for the conversation's row as enqueue_message does:
--- the batch's first conversation, taken before it holds any.
+-- the transaction's first conversation, taken before it holds any, or a
+-- conversation committed in a transaction of its own.
 --
 -- p_wait => false only tries the row (FOR NO KEY UPDATE SKIP LOCKED, the
 -- mode of enqueue_message's upsert, so no upgrade follows). When another
--- transaction holds it (an application's import, a drain, another batch)
--- it returns no row and stores nothing: the caller answers those messages
--- otherwise (the batch: one at a time, each in a transaction holding
--- nothing else). A conversation whose row is not there yet is inserted by
+-- transaction holds it (an application's import, a drain, another batch
+-- or delivery) it returns no row and stores nothing: the caller commits
+-- those messages in a transaction of their own that holds nothing else. A conversation whose row is not there yet is inserted by
 -- enqueue_message; the one wait left there is for another transaction that
 -- is inserting the same new conversation at that moment, bounded by the
 -- caller's lock_timeout (Postgres has no NOWAIT for a unique check; a
