@@ -28,7 +28,8 @@ const (
 // connection of its own that holds c (its own ordo.enqueue_message of
 // app-c, not committed), and the delivery the tests send: a's a-1, c's
 // c-1, c-2 and the image c-3 (media id media-c3), d's d-1, shuffled, each
-// conversation's in timestamp order only once sorted.
+// conversation's in timestamp order only once sorted, and the status of a
+// billable message (not ordo's: its pricing is recorded all the same).
 type cycleScene struct {
 	e      *waEnv
 	at     time.Time // c-1's timestamp; c-2 and c-3 follow a second apart
@@ -47,7 +48,7 @@ func newCycleScene(t *testing.T) *cycleScene {
 	}
 	at := time.Now().Add(-time.Minute).Truncate(time.Second)
 	for _, u := range []string{cycleA, cycleC, cycleD} {
-		e.deliverSigned(t, cycleDelivery(cycleText(u, "wamid."+u+"-0", at.Add(-10*time.Second))))
+		e.deliverSigned(t, cycleDelivery(nil, cycleText(u, "wamid."+u+"-0", at.Add(-10*time.Second))))
 	}
 	conn, err := pgx.Connect(ctx, e.Bundle.URL)
 	if err != nil {
@@ -75,6 +76,7 @@ func newCycleScene(t *testing.T) *cycleScene {
 	delete(image, "text")
 	image["image"] = map[string]any{"id": "media-c3", "mime_type": "image/jpeg", "sha256": "x"}
 	s.body = cycleDelivery(
+		[]map[string]any{priced("wamid.sent-1", "sent", "utility", true)},
 		image,
 		cycleText(cycleC, "wamid.c-1", at),
 		cycleText(cycleD, "wamid.d-1", at),
@@ -90,16 +92,21 @@ func cycleText(from, wamid string, at time.Time) map[string]any {
 		"text": map[string]string{"body": "hi"}}
 }
 
-// cycleDelivery is one webhook delivery of msgs to the test tenant's number.
-func cycleDelivery(msgs ...map[string]any) []byte {
+// cycleDelivery is one webhook delivery of statuses and msgs to the test
+// tenant's number.
+func cycleDelivery(statuses []map[string]any, msgs ...map[string]any) []byte {
 	var contacts []any
 	for _, m := range msgs {
 		contacts = append(contacts, map[string]any{"wa_id": m["from"], "profile": map[string]string{"name": "U"}})
 	}
+	value := map[string]any{"messaging_product": "whatsapp",
+		"metadata": map[string]string{"phone_number_id": jobstest.PhoneNumberID},
+		"contacts": contacts, "messages": msgs}
+	if len(statuses) > 0 {
+		value["statuses"] = statuses
+	}
 	body, _ := json.Marshal(map[string]any{"object": "whatsapp_business_account", "entry": []any{map[string]any{"id": "WABA", "changes": []any{
-		map[string]any{"field": "messages", "value": map[string]any{"messaging_product": "whatsapp",
-			"metadata": map[string]string{"phone_number_id": jobstest.PhoneNumberID},
-			"contacts": contacts, "messages": msgs}}}}}})
+		map[string]any{"field": "messages", "value": value}}}}})
 	return body
 }
 
@@ -165,6 +172,9 @@ WHERE c.conversation_id = $1 ORDER BY m.seq`, conv)
 	}
 	if n := s.e.Count(`SELECT count(*) FROM ordo.media WHERE media_id = 'media-c3' AND message_id = 'wamid.c-3'`); n != 1 {
 		t.Errorf("c-3's media id recorded %d times, want once", n)
+	}
+	if n := s.e.Count(`SELECT count(*) FROM ordo.usage WHERE wamid = 'wamid.sent-1' AND billable`); n != 1 {
+		t.Errorf("the status's pricing recorded %d times, want once", n)
 	}
 	if n := s.e.Count(`
 SELECT count(*) FROM ordo.conversations c
@@ -245,6 +255,9 @@ func TestWhatsAppDeliveryLeavesAHeldConversationBehind(t *testing.T) {
 	}
 	if n := s.e.Count(`SELECT count(*) FROM ordo.media`); n != 0 {
 		t.Fatalf("%d media ids recorded; want none of c's", n)
+	}
+	if n := s.e.Count(`SELECT count(*) FROM ordo.usage WHERE wamid = 'wamid.sent-1'`); n != 1 {
+		t.Fatalf("the status's pricing recorded %d times; want once, with a's and d's messages", n)
 	}
 	if err := s.app.Commit(context.Background()); err != nil {
 		t.Fatal(err)
