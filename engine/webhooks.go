@@ -29,7 +29,8 @@ package engine
 // The statuses' wait for a step row, holding the delivery's conversations,
 // is no cycle (sql/LOCKING.md, "A webhook delivery"): whoever holds a step
 // took its conversation's row first, so not one the delivery holds, or
-// holds no conversation, and nobody takes a conversation after a step.
+// holds no conversation, and nobody takes a conversation row after a step
+// that it did not hold before.
 //
 // A failed status (Meta took a send and could not deliver it) is recorded
 // on the step with its reason and class, like an error answered at once.
