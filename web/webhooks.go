@@ -14,8 +14,8 @@ package web
 // is parsed. The slots are shared fairly between client addresses and
 // tenants, and a body arriving too slowly is cut (bodySlots, below). An unknown tenant, one without a whatsapp credential and a bad
 // signature get the same answer, so the endpoint does not tell which slugs
-// exist. The storage itself is engine.StoreWebhook: all or nothing, 200 only
-// after the commit.
+// exist. The storage itself is engine.StoreWebhook: each conversation's
+// messages all or none, 200 only after every commit.
 //
 // Those slots are few, and hashing a stranger's megabyte costs CPU the real
 // traffic needs, so a client address (Server.clientAddr) that keeps failing
@@ -32,7 +32,9 @@ package web
 // tenant or bad or missing signature; 403 failed handshake (unknown tenant
 // included); 413 body over Config.MaxWebhookBytes; 429 with Retry-After
 // for an address past its failed signatures or handshakes; 503 with Retry-After when
-// every unauthenticated-body slot is busy.
+// every unauthenticated-body slot is busy, or when a conversation of the
+// delivery stayed held by another transaction past engine.LockTimeout (its
+// messages not stored, the others committed: Meta redelivers).
 
 import (
 	"context"
