@@ -15,7 +15,10 @@
 //     due meanwhile (NoteDue makes the next round read it again).
 //   - A round visits each tenant that has a due conversation, in the
 //     summary's order (tenant id), giving it Weight claims: weighted round
-//     robin. A tenant whose claim found nothing to take (all taken, or at
+//     robin. What the round shares is the workers, so a claim that took a
+//     batch of n conversations counts as n visits (Took), and a claim out
+//     of turn (urgent, handed) as one: the tenant skips as many of its
+//     next visits. A tenant whose claim found nothing to take (all taken, or at
 //     its cap) leaves the round and sits out (Missed) until something may
 //     have changed for it: a conversation of its became due, one of its
 //     drains here ended or claimed, or a poll interval passed.
@@ -35,8 +38,8 @@
 //     round, and its conversations that become due meanwhile join the
 //     batch instead of starting batches of one or two of their own — for
 //     at most a turn slice of one round.
-//     With another tenant due, batches do not refill: the workers go by
-//     the round, by weight.
+//     With another tenant due, batches do not refill, and a batch past
+//     its turn slice ends: the workers go by the round, by weight.
 //   - Each process keeps its own model; a tenant's cap holds across
 //     processes because the claim takes one of its advisory-lock slots.
 package fair

@@ -578,10 +578,11 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 
 // TestSimulatedFairness runs a thousand tenants for a simulated minute on
 // 16 workers: campaigns of different weights, one capped, one paced, one
-// that starts halfway, beside 990 quiet tenants. It asserts what the
-// contract promises: backlogged tenants share the workers by weight
-// (±10 %), a quiet tenant waits at most a turn slice and one send for a
-// worker, no conversation starves, and no cap is exceeded.
+// that starts halfway, beside 993 quiet tenants; the unpaced, uncapped
+// ones claim batches. It asserts what the contract promises: backlogged
+// tenants share the workers by weight (±10 %), a quiet tenant waits at
+// most a turn slice and one send for a worker, no conversation starves,
+// and no cap is exceeded.
 func TestSimulatedFairness(t *testing.T) {
 	t.Parallel()
 	seeds := []uint64{1, 2, 3}
