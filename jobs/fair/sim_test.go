@@ -625,7 +625,7 @@ func TestSimulatedFairness(t *testing.T) {
 				}
 				want := float64(tn.c.weight) / float64(sumW)
 				got := float64(tn.sentIn) / float64(sumSent)
-				t.Logf("tenant %d weight %d: share %.3f (want %.3f), %d sent", tn.id, tn.c.weight, got, want, tn.sent)
+				t.Logf("tenant %d weight %d: share %.3f (want %.3f), %d sent, %.2f conversations a round", tn.id, tn.c.weight, got, want, tn.sent, fullness(tn))
 				if got < want*0.9 || got > want*1.1 {
 					t.Errorf("tenant %d (weight %d) had %.3f of the workers; want %.3f ± 10%%", tn.id, tn.c.weight, got, want)
 				}
