@@ -11,11 +11,24 @@ package engine
 // short-lived goroutine that runs batches while calls are waiting, and ends
 // when none are. There is no timer either: a lone call runs at once, and
 // calls gather only while earlier batches are in flight.
+//
+// A batch holds several conversations' rows, so it never waits for one
+// while it holds another (sql/LOCKING.md): an application's transaction
+// may hold them in any order, and a wait inside such a cycle lets a
+// deadlock check fail someone. It waits only for its first conversation's
+// row (ordo.enqueue_messages), before it holds any, and only tries each
+// later one; a conversation another transaction holds leaves the batch,
+// its messages together, for a transaction of its own (runAlone) that
+// waits for that row alone. No batch takes a conversation a running batch
+// or such a transaction holds (batcher.take), so ordo's own batches never
+// find each other's rows taken.
 
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -41,14 +54,16 @@ const (
 	defaultMaxBatch = 64
 	// batchTimeout bounds one batch, whose context is no single caller's.
 	batchTimeout = WriteTimeout
-	// batchLockTimeout bounds how long a batch waits for any row lock (a
-	// conversation held by an application's long transaction, say). A batch
-	// that would wait longer fails at once and its messages run on their
-	// own (with LockTimeout each), so one locked conversation holds up
-	// neither the batch slots nor the other tenants' messages.
+	// batchLockTimeout bounds how long a batch waits for its first
+	// conversation's row (held by an application's long transaction, say),
+	// the one row it waits for. A batch that would wait longer fails and
+	// its messages run on their own (with LockTimeout each), so one locked
+	// conversation holds up neither the batch slots nor the other tenants'
+	// messages.
 	batchLockTimeout = "500ms"
-	// fallbackParallel bounds the messages of failed batches run on their
-	// own at once (each takes a pool connection for up to LockTimeout): the
+	// fallbackParallel bounds the messages of failed batches, and the
+	// conversations that left a batch, run on their own at once (each
+	// takes a pool connection for up to LockTimeout): the
 	// pool is shared with the drains, whose sessions must not wait for one.
 	fallbackParallel = 8
 )
@@ -90,15 +105,20 @@ type batcher struct {
 	mu      sync.Mutex
 	pending []*ingestCall
 	running int
+	// inFlight counts, per conversation, the calls of running batches.
+	inFlight map[convKey]int
 	// locked holds conversations a message of which just waited out
 	// LockTimeout, until when: their other messages are refused at once
 	// instead of each failing a batch and waiting again.
 	locked map[convKey]time.Time
 
 	// batches and retried count batches sent and batches that failed and
-	// were run again one message at a time; tests read them.
+	// were run again one message at a time, left the messages that left a
+	// batch because another transaction held their conversation; tests
+	// read them.
 	batches atomic.Int64
 	retried atomic.Int64
+	left    atomic.Int64
 }
 
 func newBatcher() *batcher {
@@ -116,27 +136,73 @@ func (b *batcher) add(c *ingestCall) []*ingestCall {
 	return b.take()
 }
 
-// finish frees a batch's slot and takes the next batch for the same runner,
-// so waiting calls never depend on a later arrival to start them.
-func (b *batcher) finish() []*ingestCall {
+// finish frees batch's slot and its conversations and takes the next batch
+// for the same runner, so waiting calls never depend on a later arrival to
+// start them.
+func (b *batcher) finish(batch []*ingestCall) []*ingestCall {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.running--
+	b.forget(batch)
 	if len(b.pending) == 0 {
 		return nil
 	}
 	return b.take()
 }
 
-// take moves up to maxBatch pending calls, oldest first, into a new batch.
-// b.mu is held.
+// keep counts group's conversation in flight (see take) until release,
+// past the end of the batch it left.
+func (b *batcher) keep(group []*ingestCall) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inFlight[keyOf(group[0].msg)] += len(group)
+}
+
+// release ends keep and, when a slot is free, takes a batch of the calls
+// that waited for group's conversation, for the caller to run.
+func (b *batcher) release(group []*ingestCall) []*ingestCall {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.forget(group)
+	if b.running >= b.maxInFlight || len(b.pending) == 0 {
+		return nil
+	}
+	return b.take()
+}
+
+// forget takes calls out of the conversations in flight. b.mu is held.
+func (b *batcher) forget(calls []*ingestCall) {
+	for _, c := range calls {
+		k := keyOf(c.msg)
+		if b.inFlight[k]--; b.inFlight[k] <= 0 {
+			delete(b.inFlight, k)
+		}
+	}
+}
+
+// take moves up to maxBatch pending calls, oldest first, into a new batch,
+// leaving those of a conversation a running batch holds to a later one: a
+// batch only tries the rows of its conversations after the first, and two
+// batches of one conversation at once would send the second's messages
+// one by one. Nil when every pending call waits so. b.mu is held.
 func (b *batcher) take() []*ingestCall {
-	n := min(len(b.pending), b.maxBatch)
-	batch := b.pending[:n:n]
-	if n == len(b.pending) {
-		b.pending = nil
-	} else {
-		b.pending = slices.Clone(b.pending[n:])
+	var batch, rest []*ingestCall
+	for _, c := range b.pending {
+		if len(batch) < b.maxBatch && b.inFlight[keyOf(c.msg)] == 0 {
+			batch = append(batch, c)
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	b.pending = rest
+	if len(batch) == 0 {
+		return nil
+	}
+	if b.inFlight == nil {
+		b.inFlight = make(map[convKey]int)
+	}
+	for _, c := range batch {
+		b.inFlight[keyOf(c.msg)]++
 	}
 	b.running++
 	return batch
@@ -221,7 +287,7 @@ func (e *Engine) ingestGrouped(ctx context.Context, m NewMessage) (Accepted, err
 func (e *Engine) runBatches(batch []*ingestCall) {
 	for batch != nil {
 		e.runBatch(batch)
-		batch = e.ingest.finish()
+		batch = e.ingest.finish(batch)
 	}
 }
 
@@ -243,9 +309,8 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 	if len(live) == 0 {
 		return
 	}
-	// One lock order for every batch: conversations sorted, so two batches
-	// touching the same conversations queue instead of deadlocking; the
-	// stable sort keeps a conversation's messages in arrival order.
+	// Conversations sorted (the lock order, sql/LOCKING.md), each one's
+	// messages together and, by the stable sort, in arrival order.
 	slices.SortStableFunc(live, func(a, b *ingestCall) int {
 		return cmp.Or(strings.Compare(a.msg.Tenant, b.msg.Tenant), strings.Compare(a.msg.ConversationID, b.msg.ConversationID))
 	})
@@ -253,10 +318,23 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 	defer cancel()
 
 	e.ingest.batches.Add(1)
-	results, err := e.enqueueBatch(ctx, live)
+	results, left, err := e.enqueueBatch(ctx, live, e.ingest.lockTimeout)
 	if err == nil {
+		var busy []*ingestCall
 		for i, c := range live {
+			if left[i] {
+				busy = append(busy, c)
+				continue
+			}
 			c.done <- results[i]
+		}
+		// Conversations another transaction held (not a fault: no log):
+		// each in a transaction of its own, off the batch slot, and still
+		// in flight meanwhile, so their next calls wait for it.
+		for _, group := range conversationGroups(busy) {
+			e.ingest.left.Add(int64(len(group)))
+			e.ingest.keep(group)
+			go e.runAlone(group)
 		}
 		return
 	}
@@ -291,6 +369,47 @@ func (e *Engine) runBatch(calls []*ingestCall) {
 	go e.ingestEach(live)
 }
 
+// runAlone commits group, one conversation's calls that left a batch
+// because another transaction held its row, in a transaction of its own
+// that waits for that row (up to LockTimeout) holding no other, and
+// answers them (at most fallbackParallel such transactions at once). A
+// wait cut off refuses them all (503, Retry-After), as ingestEach would;
+// any other failure runs them one by one. Then it frees the conversation
+// for the batches (batcher.keep) and runs those that gathered meanwhile.
+func (e *Engine) runAlone(group []*ingestCall) {
+	defer func() {
+		if batch := e.ingest.release(group); batch != nil {
+			e.runBatches(batch)
+		}
+	}()
+	k := keyOf(group[0].msg)
+	if e.ingest.isLocked(k) {
+		for _, c := range group {
+			c.done <- ingestResult{err: errLocked}
+		}
+		return
+	}
+	e.fallbackSem <- struct{}{}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(group[0].ctx), batchTimeout)
+	results, _, err := e.enqueueBatch(ctx, group, lockTimeoutSetting)
+	cancel()
+	<-e.fallbackSem
+	if err != nil && !isLockTimeout(err) && len(group) > 1 && !errors.Is(err, ordosql.ErrCommitUnconfirmed) {
+		e.ingestEach(group) // a bad message among them fails only itself
+		return
+	}
+	if isLockTimeout(err) {
+		e.ingest.markLocked(k)
+	}
+	for i, c := range group {
+		if err != nil {
+			c.done <- ingestResult{err: translate(err, "enqueue message")}
+			continue
+		}
+		c.done <- results[i]
+	}
+}
+
 // isLockTimeout reports whether err is a lock wait cut off by lock_timeout.
 func isLockTimeout(err error) bool {
 	var pgErr *pgconn.PgError
@@ -302,13 +421,9 @@ func isLockTimeout(err error) bool {
 // and answers each call.
 func (e *Engine) ingestEach(calls []*ingestCall) {
 	var wg sync.WaitGroup
-	for i := 0; i < len(calls); {
-		j := i + 1
-		for j < len(calls) && calls[j].msg.Tenant == calls[i].msg.Tenant && calls[j].msg.ConversationID == calls[i].msg.ConversationID {
-			j++
-		}
+	for _, group := range conversationGroups(calls) {
 		wg.Add(1)
-		go func(group []*ingestCall) {
+		go func() {
 			defer wg.Done()
 			e.fallbackSem <- struct{}{}
 			defer func() { <-e.fallbackSem }()
@@ -325,8 +440,7 @@ func (e *Engine) ingestEach(calls []*ingestCall) {
 				}
 				c.done <- ingestResult{accepted: a, err: err}
 			}
-		}(calls[i:j])
-		i = j
+		}()
 	}
 	wg.Wait()
 }
@@ -344,12 +458,24 @@ func (e *Engine) ingestOne(ctx context.Context, m NewMessage) (a Accepted, err e
 	return a, nil
 }
 
-// enqueueBatch runs enqueue_message for every call in one pipelined implicit
-// transaction and returns the answers once it committed. Any error means
-// nothing of the batch was stored.
-func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]ingestResult, error) {
+// enqueueGroupQuery stores the messages of one conversation of a batch,
+// in order (ordo.enqueue_messages, checked as enqueueQuery's): $7 true
+// waits for the conversation's row, false only tries it, and no row back
+// then means another transaction holds it and nothing was stored.
+const enqueueGroupQuery = `SELECT id, seq, duplicate FROM ordo.enqueue_messages($1, $2, $3, $4, $5, $6, $7, true)`
+
+// enqueueBatch stores calls (sorted by conversation) in one pipelined
+// implicit transaction, one ordo.enqueue_messages per conversation, and
+// returns the answers once it committed. The transaction waits only for
+// its first conversation's row, while it holds none: every later one is
+// only tried, and a conversation another transaction holds (an
+// application's import, a drain, another batch) leaves the batch whole —
+// left[i] is true for each of its calls, answered by nobody yet — so a
+// batch never waits for a row while it holds another (sql/LOCKING.md).
+// Any error means nothing of the batch was stored.
+func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall, lockTimeout string) (out []ingestResult, left []bool, err error) {
 	batch := &pgx.Batch{}
-	batch.Queue(lockTimeoutQuery, e.ingest.lockTimeout)
+	batch.Queue(lockTimeoutQuery, lockTimeout)
 	// Each API key of the batch checked once, in the transaction that
 	// stores its messages: a batch is mostly one tenant's, one key's.
 	keys := map[string]bool{}
@@ -359,43 +485,56 @@ func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]inges
 			batch.Queue(checkKeyQuery, c.msg.KeyHash)
 		}
 	}
-	for _, c := range calls {
-		var dir *string
-		if c.msg.Direction != "" {
-			dir = &c.msg.Direction
+	groups := conversationGroups(calls)
+	for g, group := range groups {
+		ids := make([]string, len(group))
+		dirs := make([]*string, len(group))
+		payloads := make([]json.RawMessage, len(group))
+		onReuse := make([]string, len(group))
+		for i, c := range group {
+			ids[i], payloads[i], onReuse[i] = c.msg.MessageID, c.msg.Payload, c.msg.onReuse()
+			if c.msg.Direction != "" {
+				dirs[i] = &c.msg.Direction
+			}
 		}
-		batch.Queue(enqueueQuery, c.msg.Tenant, c.msg.ConversationID, c.msg.MessageID, dir, c.msg.Payload, c.msg.onReuse())
+		batch.Queue(enqueueGroupQuery, group[0].msg.Tenant, group[0].msg.ConversationID, ids, dirs, payloads, onReuse, g == 0)
 	}
 	queuePrepareCommit(batch)
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer conn.Release()
 	br := conn.SendBatch(ctx, batch)
 	for range 1 + len(keys) {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	out := make([]ingestResult, len(calls))
+	out = make([]ingestResult, len(calls))
+	left = make([]bool, len(calls))
 	ids := make([]int64, len(calls))
 	var dups []int
-	for i, c := range calls {
-		a := Accepted{MessageID: c.msg.MessageID, ConversationID: c.msg.ConversationID, Status: "queued"}
-		if err := br.QueryRow().Scan(&ids[i], &a.Seq, &a.Duplicate); err != nil {
+	i := 0
+	for _, group := range groups {
+		n, err := readGroup(br, group, out[i:i+len(group)], ids[i:i+len(group)])
+		if err != nil {
 			_ = br.Close()
-			return nil, err
+			return nil, nil, err
 		}
-		a.ID = strconv.FormatInt(ids[i], 10)
-		if a.Duplicate {
-			dups = append(dups, i)
+		for k := range group {
+			switch {
+			case n == 0:
+				left[i+k] = true
+			case out[i+k].accepted.Duplicate:
+				dups = append(dups, i+k)
+			}
 		}
-		out[i].accepted = a
+		i += len(group)
 	}
 	if err := e.commitBatch(ctx, conn, br); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// A duplicate answers with its original's conversation and status, read
 	// after the commit: an original committed by another transaction while
@@ -408,5 +547,51 @@ func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall) ([]inges
 			out[i] = ingestResult{err: translate(err, "read original message")}
 		}
 	}
-	return out, nil
+	return out, left, nil
+}
+
+// readGroup reads one conversation's answers from br into out and ids and
+// returns how many rows came: len(group), or 0 when its row was held.
+func readGroup(br pgx.BatchResults, group []*ingestCall, out []ingestResult, ids []int64) (int, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		if n == len(group) {
+			return 0, fmt.Errorf("enqueue messages: more answers than the %d messages", len(group))
+		}
+		c := group[n]
+		a := Accepted{MessageID: c.msg.MessageID, ConversationID: c.msg.ConversationID, Status: "queued"}
+		if err := rows.Scan(&ids[n], &a.Seq, &a.Duplicate); err != nil {
+			return 0, err
+		}
+		a.ID = strconv.FormatInt(ids[n], 10)
+		out[n].accepted = a
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if n != 0 && n != len(group) {
+		return 0, fmt.Errorf("enqueue messages: %d answers for %d messages", n, len(group))
+	}
+	return n, nil
+}
+
+// conversationGroups splits calls, sorted by conversation, into each
+// conversation's run.
+func conversationGroups(calls []*ingestCall) [][]*ingestCall {
+	var groups [][]*ingestCall
+	for i := 0; i < len(calls); {
+		j := i + 1
+		for j < len(calls) && keyOf(calls[j].msg) == keyOf(calls[i].msg) {
+			j++
+		}
+		groups = append(groups, calls[i:j:j])
+		i = j
+	}
+	return groups
 }

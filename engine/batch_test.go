@@ -18,6 +18,7 @@ import (
 // batchEnv is an Engine on a fresh database with tenant "acme".
 type batchEnv struct {
 	t    *testing.T
+	url  string // the database's, for connections of a test's own
 	pool *pgxpool.Pool
 	eng  *Engine
 }
@@ -29,7 +30,8 @@ const holdConv = "hold"
 func setupBatch(t *testing.T, maxInFlight int) *batchEnv {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, sqltest.URL(t)+"&pool_max_conns=12")
+	url := sqltest.URL(t)
+	pool, err := pgxpool.New(ctx, url+"&pool_max_conns=12")
 	if err != nil {
 		t.Fatalf("pool: %v", err)
 	}
@@ -45,7 +47,7 @@ func setupBatch(t *testing.T, maxInFlight int) *batchEnv {
 	if _, err := tenants.NewStore(pool, vault).Create(ctx, tenants.CreateParams{Slug: "acme"}); err != nil {
 		t.Fatalf("create tenant: %v", err)
 	}
-	e := &batchEnv{t: t, pool: pool, eng: New(pool, nil)}
+	e := &batchEnv{t: t, url: url, pool: pool, eng: New(pool, nil)}
 	if maxInFlight > 0 {
 		e.eng.ingest.maxInFlight = maxInFlight // before any call: no race
 		// forceOneBatch holds a batch on a locked conversation on purpose.
@@ -245,7 +247,7 @@ WHERE c.conversation_id LIKE 'conv-%' GROUP BY c.id`)
 	if n := e.eng.ingest.retried.Load(); n != 0 {
 		t.Fatalf("%d batches failed and ran again one by one", n)
 	}
-	t.Logf("%d calls in %d batches", callers*perCaller, e.eng.ingest.batches.Load()-1)
+	t.Logf("%d calls in %d batches, %d left a batch for a conversation held", callers*perCaller, e.eng.ingest.batches.Load()-1, e.eng.ingest.left.Load())
 }
 
 // copyElsewhere is a copy of message id offered in conversation conv as
@@ -629,5 +631,41 @@ func TestLockedConversationsAreForgotten(t *testing.T) {
 	}
 	if !b.isLocked(convKey{"acme", "now"}) {
 		t.Fatal("the conversation just found locked is not remembered")
+	}
+}
+
+// A batch never takes a conversation a running batch (or a conversation's
+// own transaction after it left one) holds: those calls wait for the next
+// batch, in their order, while other conversations' calls go at once.
+// Two batches of one conversation at once would find its row taken and
+// send the second one's messages off on their own.
+func TestBatchesTakeNoConversationInFlight(t *testing.T) {
+	t.Parallel()
+	b := newBatcher()
+	b.maxInFlight = 2
+	call := func(conv, id string) *ingestCall { return &ingestCall{msg: msg(conv, id)} }
+	ids := func(batch []*ingestCall) (out []string) {
+		for _, c := range batch {
+			out = append(out, c.msg.MessageID)
+		}
+		return out
+	}
+	first := b.add(call("x", "x1"))
+	if got := ids(first); !slices.Equal(got, []string{"x1"}) {
+		t.Fatalf("first batch %v, want [x1]", got)
+	}
+	if got := b.add(call("x", "x2")); got != nil {
+		t.Fatalf("a second batch took %v while x1's batch runs; want x2 to wait", ids(got))
+	}
+	if got := ids(b.add(call("y", "y1"))); !slices.Equal(got, []string{"y1"}) {
+		t.Fatalf("second batch %v, want [y1]: y is in no running batch", got)
+	}
+	b.add(call("x", "x3"))
+	b.keep(first) // x1 left its batch for a transaction of its own
+	if got := b.finish(first); got != nil {
+		t.Fatalf("x1's batch ended but x1 still runs on its own; the next batch took %v", ids(got))
+	}
+	if got := ids(b.release(first)); !slices.Equal(got, []string{"x2", "x3"}) {
+		t.Fatalf("once x1 is done, the next batch is %v, want [x2 x3]", got)
 	}
 }

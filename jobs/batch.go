@@ -141,8 +141,11 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 		// As a drain at a message boundary: within its bounds, and after
 		// its turn (TurnSlice) the runner goes to a tenant that waits for
 		// one (handOff: the batch ends with this round).
+		// A small batch gathering beside another of its tenant ends, so
+		// that the other takes its room (fair.Scheduler.Merge).
 		goOn := round+1 < d.cfg.MaxMessagesPerRun && time.Since(started) <= d.cfg.MaxRunTime && !d.stopping.Load() &&
-			(d.turns == nil || time.Since(started) < d.cfg.TurnSlice || !d.turns.handOff(b.tenant))
+			(d.turns == nil || time.Since(started) < d.cfg.TurnSlice || !d.turns.handOff(b.tenant)) &&
+			!(gathering && r.sched.merge(b.tenant, own, r.cfg.BatchSize))
 		// What was sent is recorded even when the worker is being stopped.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 		heard = time.Now()

@@ -159,6 +159,14 @@ func (s *scheduler) gather(tenant int64, on, was bool) {
 	}
 }
 
+// merge says whether a gathering batch of tenant holding own should end
+// its run for another that gathers (fair.Scheduler.Merge).
+func (s *scheduler) merge(tenant int64, own, most int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.Merge(tenant, own, most)
+}
+
 // released: a drain of tenant in this process ended. When it held one of
 // the tenant's concurrency slots (capped), a runner is woken to use it.
 func (s *scheduler) released(tenant int64, capped bool) {

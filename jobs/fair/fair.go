@@ -373,6 +373,18 @@ func (s *Scheduler) Gather(now time.Time, tenant int64, on, was bool) {
 	}
 }
 
+// Merge says whether a gathering batch of tenant holding own of the most
+// a batch may hold should end its run at this round, so that another
+// batch of the tenant that gathers here takes its room and conversations:
+// batches started as conversations trickled in (or the room came back a
+// little at a time) would otherwise share the room among them for good,
+// each round recording a few sends where one could record them all.
+// The smaller half yields; two small ones both yield, and the next claim
+// takes their room at once.
+func (s *Scheduler) Merge(tenant int64, own, most int) bool {
+	return s.gathering[tenant].n > 1 && 2*own <= most
+}
+
 // Gathering says whether a batch of tenant gathers at now in this process
 // (Gather), within a turn slice of its round's start.
 func (s *Scheduler) Gathering(now time.Time, tenant int64) bool {

@@ -314,6 +314,22 @@ func TestModel(t *testing.T) {
 				t.Fatalf("picks %v; want only tenant 2 while 1 gathers", got)
 			}
 		}},
+		{"of two batches of a tenant gathering, the smaller half yields its room", func(t *testing.T, s *Scheduler) {
+			s.Gather(t0, 1, true, false)
+			if s.Merge(1, 1, 8) {
+				t.Fatal("a lone gathering batch asked to yield")
+			}
+			s.Gather(t0, 1, true, false) // a second batch of tenant 1
+			if !s.Merge(1, 3, 8) || !s.Merge(1, 4, 8) {
+				t.Fatal("a batch of half or less beside another did not yield")
+			}
+			if s.Merge(1, 5, 8) {
+				t.Fatal("the larger batch yielded too")
+			}
+			if s.Merge(2, 1, 8) {
+				t.Fatal("another tenant's batch yielded")
+			}
+		}},
 		{"take: room first, then one beyond it per overdraft for urgent tenants", func(t *testing.T, s *Scheduler) {
 			s.Refresh(t0, []Due{due(1, 1, 0, 0), due(2, 1, 0, 0), due(3, 1, 0, 0)})
 			r := Room{Free: 2, Over: 1}
