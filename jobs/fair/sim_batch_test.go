@@ -13,9 +13,10 @@ import (
 // message of every conversation at once (it takes the slowest send) and
 // records them in one write (a claim's cost); a conversation that caught
 // up leaves. After a round the run goes on within MaxMessagesPerRun
-// rounds and MaxRunTime, and past a turn slice only while no tenant
-// waits (HandOff); when it ends, every conversation with messages left is
-// due again at once. While its tenant is Alone, the write also refills
+// rounds and MaxRunTime, past a turn slice only while its tenant is
+// alone and no tenant waits (HandOff), and not for a small gathering
+// batch beside a larger one (Merge); when it ends, every conversation
+// with messages left is due again at once. While its tenant is Alone, the write also refills
 // the batch (more of the tenant's due conversations, free room grabbed up
 // to BatchSize), and a batch that will refill with room for more gathers
 // (Gather) at its next round's start.
