@@ -104,6 +104,7 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 	defer gather(false)
 	gather(own < r.cfg.BatchSize && r.sched.alone(b.tenant))
 	r.sched.passOn(b.tenant, b.more)
+	r.sched.took(b.tenant, len(b.convs))
 	drains := d.cfg.Metrics.DrainStarted
 	var done []func()
 	defer func() {
@@ -139,12 +140,14 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 			r.sendRound(ctx, active, &cred, heard)
 		}
 		// As a drain at a message boundary: within its bounds, and after
-		// its turn (TurnSlice) the runner goes to a tenant that waits for
-		// one (handOff: the batch ends with this round).
-		// A small batch gathering beside another of its tenant ends, so
-		// that the other takes its room (fair.Scheduler.Merge).
+		// its turn (TurnSlice) the batch ends with this round unless its
+		// tenant is alone here and no tenant waits (handOff): the workers
+		// go by the round's weights, which count its conversations
+		// (fair.Scheduler.Took). A small batch gathering beside another
+		// of its tenant ends too, so that the other takes its room
+		// (fair.Scheduler.Merge).
 		goOn := round+1 < d.cfg.MaxMessagesPerRun && time.Since(started) <= d.cfg.MaxRunTime && !d.stopping.Load() &&
-			(d.turns == nil || time.Since(started) < d.cfg.TurnSlice || !d.turns.handOff(b.tenant)) &&
+			(d.turns == nil || time.Since(started) < d.cfg.TurnSlice || r.sched.alone(b.tenant) && !d.turns.handOff(b.tenant)) &&
 			!(gathering && r.sched.merge(b.tenant, own, r.cfg.BatchSize))
 		// What was sent is recorded even when the worker is being stopped.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)

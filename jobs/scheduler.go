@@ -159,6 +159,14 @@ func (s *scheduler) gather(tenant int64, on, was bool) {
 	}
 }
 
+// took: a claim of tenant took a batch of n conversations, which the
+// round counts as n visits (fair.Scheduler.Took).
+func (s *scheduler) took(tenant int64, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m.Took(tenant, n)
+}
+
 // merge says whether a gathering batch of tenant holding own should end
 // its run for another that gathers (fair.Scheduler.Merge).
 func (s *scheduler) merge(tenant int64, own, most int) bool {

@@ -15,7 +15,10 @@
 //     due meanwhile (NoteDue makes the next round read it again).
 //   - A round visits each tenant that has a due conversation, in the
 //     summary's order (tenant id), giving it Weight claims: weighted round
-//     robin. A tenant whose claim found nothing to take (all taken, or at
+//     robin. What the round shares is the workers, so a claim that took a
+//     batch of n conversations counts as n visits (Took), and a claim out
+//     of turn (urgent, handed) as one: the tenant skips as many of its
+//     next visits. A tenant whose claim found nothing to take (all taken, or at
 //     its cap) leaves the round and sits out (Missed) until something may
 //     have changed for it: a conversation of its became due, one of its
 //     drains here ended or claimed, or a poll interval passed.
@@ -35,8 +38,8 @@
 //     round, and its conversations that become due meanwhile join the
 //     batch instead of starting batches of one or two of their own — for
 //     at most a turn slice of one round.
-//     With another tenant due, batches do not refill: the workers go by
-//     the round, by weight.
+//     With another tenant due, batches do not refill, and a batch past
+//     its turn slice ends: the workers go by the round, by weight.
 //   - Each process keeps its own model; a tenant's cap holds across
 //     processes because the claim takes one of its advisory-lock slots.
 package fair
@@ -105,7 +108,11 @@ type Scheduler struct {
 	// their turn for, picked before the round.
 	dueAt    map[int64]time.Time
 	pickedAt map[int64]time.Time
-	handed   []int64
+	// waiting are the tenants due since they were last picked: what
+	// waitingSince and Alone look through, rather than every tenant ever
+	// due (a runner waiting for room asks at every room change).
+	waiting map[int64]struct{}
+	handed  []int64
 	// dueAny is when a conversation of a tenant not named last became due.
 	dueAny time.Time
 	// known is each tenant's weight and cap as last read.
@@ -116,9 +123,11 @@ type Scheduler struct {
 	// ended is when its last one ended.
 	running map[int64]int
 	ended   map[int64]time.Time
-	// served counts the claims a tenant had out of turn (urgent), at most
-	// a round's worth (its weight): its next visits in the round skip as
-	// many, so that being served early is not a share on top of its own.
+	// served counts the visits a tenant owes the round: its claims out of
+	// turn (urgent, handed) and the conversations of its batches beyond
+	// the first (Took). Its next visits in the round skip as many, so
+	// that being served early or in bulk is not a share on top of its
+	// own. A tenant not in a new round owes nothing.
 	served map[int64]int
 	// gathering holds, for each tenant with batches in this process that
 	// take in its conversations as they become due (Gather), how many and
@@ -135,7 +144,7 @@ type gathering struct {
 // New returns a model that reads the ready set before its first round.
 func New(cfg Config) *Scheduler {
 	return &Scheduler{cfg: cfg, stale: true,
-		dueAt: map[int64]time.Time{}, pickedAt: map[int64]time.Time{}, known: map[int64]Turn{},
+		dueAt: map[int64]time.Time{}, pickedAt: map[int64]time.Time{}, waiting: map[int64]struct{}{}, known: map[int64]Turn{},
 		blocked: map[int64]time.Time{}, running: map[int64]int{}, ended: map[int64]time.Time{}, served: map[int64]int{},
 		gathering: map[int64]gathering{}}
 }
@@ -145,13 +154,34 @@ func New(cfg Config) *Scheduler {
 // reads the ready set again. The caller wakes one waiting runner.
 func (s *Scheduler) NoteDue(now time.Time, tenant int64) {
 	if tenant > 0 {
-		s.dueAt[tenant] = now
+		s.setDue(tenant, now)
 		delete(s.blocked, tenant)
 	} else {
 		s.dueAny = now
 		clear(s.blocked)
 	}
 	s.stale = true
+}
+
+// setDue records that a conversation of tenant became due at at.
+func (s *Scheduler) setDue(tenant int64, at time.Time) {
+	s.dueAt[tenant] = at
+	s.mark(tenant)
+}
+
+// setPicked records that tenant was (last) picked at at.
+func (s *Scheduler) setPicked(tenant int64, at time.Time) {
+	s.pickedAt[tenant] = at
+	s.mark(tenant)
+}
+
+// mark keeps waiting in step with dueAt and pickedAt.
+func (s *Scheduler) mark(tenant int64) {
+	if s.dueAt[tenant].After(s.pickedAt[tenant]) {
+		s.waiting[tenant] = struct{}{}
+	} else {
+		delete(s.waiting, tenant)
+	}
 }
 
 // waitingSince returns the tenant other than mine (0: none excluded) that
@@ -170,10 +200,11 @@ func (s *Scheduler) waitingSince(now time.Time, mine int64, idle bool) (int64, b
 		best   int64
 		bestAt time.Time
 	)
-	for id, at := range s.dueAt {
-		if id == mine || !at.After(s.pickedAt[id]) {
+	for id := range s.waiting {
+		if id == mine {
 			continue
 		}
+		at := s.dueAt[id]
 		if idle {
 			if _, blocked := s.blocked[id]; blocked || s.running[id] > 0 || now.Sub(s.ended[id]) < s.cfg.Slice {
 				continue
@@ -206,19 +237,19 @@ func (s *Scheduler) Urgent(now time.Time, fresh bool) (t Turn, prev time.Time, d
 			return Turn{}, time.Time{}, Refresh
 		}
 		// Not in the ready set any more: nothing to wait for.
-		s.pickedAt[id] = now
+		s.setPicked(id, now)
 		return Turn{}, time.Time{}, None
 	}
 	prev = s.pickedAt[id]
-	s.pickedAt[id] = now
-	s.served[id] = min(s.served[id]+1, max(t.Weight, 1))
+	s.setPicked(id, now)
+	s.served[id]++
 	return t, prev, Go
 }
 
 // Unpick undoes Urgent's pick of tenant (picked before at prev): no room
 // could be had for it.
 func (s *Scheduler) Unpick(tenant int64, prev time.Time) {
-	s.pickedAt[tenant] = prev
+	s.setPicked(tenant, prev)
 	if s.served[tenant]--; s.served[tenant] <= 0 {
 		delete(s.served, tenant)
 	}
@@ -250,8 +281,9 @@ func (s *Scheduler) HandOff(now time.Time, mine int64) bool {
 	if !ok {
 		return false
 	}
-	s.pickedAt[t] = now
+	s.setPicked(t, now)
 	s.handed = append(s.handed, t)
+	s.served[t]++ // out of turn, as an urgent pick
 	return true
 }
 
@@ -264,6 +296,19 @@ func (s *Scheduler) PassOn(tenant int64, more bool) {
 	s.running[tenant]++
 	if !more {
 		s.leave(tenant)
+	}
+}
+
+// Took records that a claim of tenant took n conversations (a batch of
+// n): the round shares the workers by weight, not the claims, so each
+// conversation beyond the first counts as one of the tenant's next visits
+// of the round, which it skips. Counting claims, a weight-1 tenant took
+// 0.13 of the workers among weights 1 to 4, not 0.1 (sim_test.go): claims
+// took 1 to 8 conversations, the larger ones when room had just been
+// given back — as when a drain handed its worker to a tenant.
+func (s *Scheduler) Took(tenant int64, n int) {
+	if n > 1 {
+		s.served[tenant] += n - 1
 	}
 }
 
@@ -293,8 +338,8 @@ func (s *Scheduler) Alone(now time.Time, tenant int64) bool {
 			return false
 		}
 	}
-	for id, at := range s.dueAt {
-		if id != tenant && at.After(s.pickedAt[id]) {
+	for id := range s.waiting {
+		if id != tenant {
 			return false
 		}
 	}
@@ -399,8 +444,12 @@ func (s *Scheduler) Wait(now time.Time) time.Duration {
 	d := min(s.nextDue.Sub(now), s.cfg.Poll)
 	for _, g := range s.gathering {
 		// A round that outlasts its slice: the tenant's due
-		// conversations are for claims again.
-		d = min(d, g.at.Add(s.cfg.Slice).Sub(now))
+		// conversations are for claims again. Once it has (a send that
+		// hangs), that is no reason to wake: the runners woke every
+		// millisecond until the send returned (sim_test.go).
+		if end := g.at.Add(s.cfg.Slice); end.After(now) {
+			d = min(d, end.Sub(now))
+		}
 	}
 	return max(d, time.Millisecond)
 }
@@ -473,7 +522,7 @@ func (s *Scheduler) Pick(now time.Time, fresh bool) (Turn, Decision) {
 			}
 			continue
 		}
-		s.pickedAt[t.Tenant] = now
+		s.setPicked(t.Tenant, now)
 		return t, Go
 	}
 }
@@ -502,7 +551,7 @@ func (s *Scheduler) Refresh(now time.Time, rows []Due) {
 	if !s.readAt.IsZero() {
 		for _, r := range rows {
 			if at := now.Add(r.DueIn); r.DueIn <= 0 && at.After(s.readAt) && s.pickedAt[r.Tenant].Before(at) && s.dueAt[r.Tenant].Before(at) {
-				s.dueAt[r.Tenant] = at
+				s.setDue(r.Tenant, at)
 			}
 		}
 	}
@@ -535,6 +584,20 @@ func (s *Scheduler) Refresh(now time.Time, rows []Due) {
 		return // stale stays as it was: the next round reads again if need be
 	}
 	s.round, s.pos, s.stale, s.refreshed = round, 0, false, now
+	if len(s.served) > 0 {
+		// A tenant out of the new round owes it nothing: a quiet
+		// tenant served out of turn again and again must not skip its
+		// visits when it has a backlog one day.
+		in := make(map[int64]bool, len(round))
+		for _, t := range round {
+			in[t.Tenant] = true
+		}
+		for id := range s.served {
+			if !in[id] {
+				delete(s.served, id)
+			}
+		}
+	}
 	if len(round) > 0 {
 		s.left = round[0].Weight
 	}

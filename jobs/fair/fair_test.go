@@ -169,6 +169,50 @@ func TestModel(t *testing.T) {
 				t.Fatalf("picks %v; want 2's first visit skipped", got)
 			}
 		}},
+		{"a batch counts as many visits as it took conversations", func(t *testing.T, s *Scheduler) {
+			rows := []Due{due(1, 1, 0, 0), due(2, 1, 0, 0)}
+			picks(s, t0, rows, 1) // 1, whose claim takes a batch of 3
+			s.Took(1, 3)
+			if got := picks(s, t0, rows, 4); !slices.Equal(got, []int64{2, 2, 2, 1}) {
+				t.Fatalf("picks %v; want 1's next two visits skipped", got)
+			}
+		}},
+		{"a hand-off is a claim out of turn, as an urgent pick", func(t *testing.T, s *Scheduler) {
+			rows := []Due{due(1, 1, 0, 0), due(2, 1, 0, 0), due(3, 1, 0, 0)}
+			picks(s, t0, rows, 2) // 1, 2
+			s.PassOn(1, true)
+			s.PassOn(2, true)
+			now := t0.Add(time.Second)
+			s.NoteDue(now, 3)
+			if !s.HandOff(now, 1) {
+				t.Fatal("no hand-off to tenant 3, waiting with nothing running")
+			}
+			if got := picks(s, now, rows, 4); !slices.Equal(got, []int64{3, 1, 2, 3}) {
+				t.Fatalf("picks %v; want 3 handed the worker, then its visit of the round skipped", got)
+			}
+		}},
+		{"a tenant out of a new round owes it no visits", func(t *testing.T, s *Scheduler) {
+			// A quiet tenant served out of turn three times, then a
+			// backlog: it goes at its first visit.
+			long := -time.Minute // due long ago: no one waits for a worker
+			s.Refresh(t0, []Due{due(1, 1, 0, long), due(2, 1, 0, long), due(7, 1, 0, 0)})
+			for i := range 3 {
+				at := t0.Add(time.Duration(i+1) * time.Second)
+				s.NoteDue(at, 7)
+				if tn, _, d := s.Urgent(at, false); d != Go || tn.Tenant != 7 {
+					t.Fatalf("urgent %v %v; want 7", tn, d)
+				}
+			}
+			later := t0.Add(time.Minute)
+			s.RefreshFailed() // the round is over
+			s.Refresh(later, []Due{due(1, 1, 0, long), due(2, 1, 0, long)})
+			s.RefreshFailed()
+			rows := []Due{due(1, 1, 0, long), due(2, 1, 0, long), due(7, 1, 0, long)}
+			s.Refresh(later, rows)
+			if got := picks(s, later, rows, 3); !slices.Equal(got, []int64{1, 2, 7}) {
+				t.Fatalf("picks %v; want 7 at its first visit of a round after one without it", got)
+			}
+		}},
 		{"a round of one tenant served out of turn still picks it", func(t *testing.T, s *Scheduler) {
 			rows := []Due{due(1, 1, 0, 0)}
 			s.Refresh(t0, rows)
@@ -230,6 +274,21 @@ func TestModel(t *testing.T) {
 			late := t0.Add(100 * time.Millisecond)
 			if got := picks(s, late, rows, 1); got[0] != 1 {
 				t.Fatalf("picks %v a slice into a gathering round; want 1", got)
+			}
+		}},
+		{"a gathering round past its slice does not shorten a runner's wait", func(t *testing.T, s *Scheduler) {
+			// The round's send hangs and nothing else is due: a runner
+			// with nothing to claim waits its poll, not a millisecond at
+			// a time until the send returns.
+			picks(s, t0, []Due{due(1, 1, 0, 0)}, 1)
+			s.PassOn(1, false)
+			s.Gather(t0, 1, true, false)
+			if w := s.Wait(t0.Add(40 * time.Millisecond)); w != 60*time.Millisecond {
+				t.Fatalf("wait %s 40ms into the gathering round; want the 60ms left of its slice", w)
+			}
+			s.Refresh(t0.Add(time.Second), nil)
+			if w := s.Wait(t0.Add(time.Second)); w != s.cfg.Poll {
+				t.Fatalf("wait %s a second into the gathering round; want the poll interval", w)
 			}
 		}},
 		{"with another tenant due, no tenant is alone, and the round goes by weight", func(t *testing.T, s *Scheduler) {

@@ -10,15 +10,17 @@ import (
 	"time"
 )
 
-// The simulation runs the model the way one worker process runs it —
-// runners that take room, pick a tenant, claim its conversation that has
-// waited longest and drain it message by message, handing their worker
-// over at a boundary past the turn slice — in virtual time, against a
-// ready set kept in memory the way ordo.ready keeps it: due times,
-// notifications for conversations that become due now, parks for paced
-// sends, caps held across the claim. Sends take a few milliseconds of
-// virtual time each; nothing sleeps, so a minute of a thousand tenants
-// costs about a second of CPU.
+// The simulation runs the model the way one worker process runs it
+// (jobs/runner.go, jobs/batch.go) — runners that take room, pick a tenant
+// and claim: for an unpaced, uncapped tenant a batch of its conversations
+// due longest, drained in rounds (sim_batch_test.go); for a paced or
+// capped one its conversation due longest, drained message by message,
+// handing their worker over at a boundary past the turn slice — in
+// virtual time, against a ready set kept in memory the way ordo.ready
+// keeps it: due times, notifications for conversations that become due
+// now, parks for paced sends, caps held across the claim. Sends take a few
+// milliseconds of virtual time each; nothing sleeps, so a minute of a
+// thousand tenants costs about a second of CPU.
 
 // simConfig is one simulated world.
 type simConfig struct {
@@ -35,15 +37,24 @@ type simConfig struct {
 	quietEvery time.Duration
 	// send is a message's time at the provider: uniform in [sendMin, sendMax].
 	sendMin, sendMax time.Duration
+	// hang, if set, makes one send of a batch of tenant hangTenant take
+	// hang: the first in a round that starts at hangAt or later while the
+	// batch gathers.
+	hang, hangAt time.Duration
+	hangTenant   int64
 }
 
 type campaign struct {
 	weight, cap    int
 	conversations  int
-	messages       int // per conversation
+	messages       int // per conversation (on average, with every)
 	gap            time.Duration
 	startsAt       time.Duration // when its backlog is imported
 	shareUnchecked bool
+	// every, if set, spreads the messages over time instead of queueing
+	// them at startsAt: one every so long on average (at random), each to
+	// a conversation taken at random.
+	every time.Duration
 }
 
 const (
@@ -52,6 +63,12 @@ const (
 	simPaceMaxSleep = 20 * time.Millisecond  // jobs.PaceMaxSleepDefault
 	simClaimCost    = time.Millisecond       // a claim's round trip
 	simLease        = 30 * time.Second
+	simPoll         = 200 * time.Millisecond // jobs.FetchPollIntervalDefault
+	// simMaxMessagesPerRun bounds a drain's messages, a batch's rounds
+	// (jobs.MaxMessagesPerRunDefault).
+	simMaxMessagesPerRun = 100
+	simBatchSize         = 8           // jobs.BatchSizeDefault
+	simBatchRecent       = time.Second // jobs.batchRecent
 )
 
 type simTenant struct {
@@ -64,6 +81,12 @@ type simTenant struct {
 	sentIn   int // inside the measured window
 	nextSlot time.Time
 	sends    []time.Time
+	// rounds counts its batches' rounds, roundConvs their conversations:
+	// how full its batches ran.
+	rounds, roundConvs int
+	// maxWait is the longest any of its conversations was due and not
+	// claimed (unpaced, uncapped tenants).
+	maxWait time.Duration
 }
 
 type simConv struct {
@@ -77,10 +100,20 @@ type simConv struct {
 
 type simRunner struct {
 	id      int
-	conv    *simConv
+	conv    *simConv  // the conversation it drains alone
+	batch   *simBatch // or the batch it drains
 	started time.Time
+	n       int // messages its drain sent
 	token   int // invalidates a wait's timer once woken
+	// takeRoom's state (jobs.Runner.takeRoom): the room it wants, since
+	// when it looks, and a token that invalidates its timer once poked.
+	want      int
+	takeAt    time.Time
+	roomToken int
 }
+
+// busy says whether the runner drains (a conversation or a batch).
+func (r *simRunner) busy() bool { return r.conv != nil || r.batch != nil }
 
 type event struct {
 	at  time.Time
@@ -121,10 +154,22 @@ type sim struct {
 	wakeups int
 	roomQ   []*simRunner // runners waiting for room
 	runners []*simRunner
+	// lastBacklog is when a batch claim last left due conversations of
+	// its tenant behind (jobs.Runner.lastBacklog).
+	lastBacklog time.Time
+	hung        bool      // the hang (simConfig.hang) happened
+	hungAt      time.Time // when its round started
 	// measured
 	quietWaits []time.Duration
 	maxWait    time.Duration // any conversation due and unclaimed
 	violations []string
+	// roomUsed integrates the room taken (Workers less Free) over time,
+	// sending the conversations with a send under way; waits counts
+	// runners that went to wait for a notification, waitsHung those while
+	// the hung round was under way.
+	roomUsed, sending time.Duration
+	inFlight          int
+	waits, waitsHung  int
 }
 
 func (m *sim) at(d time.Duration, f func()) {
@@ -152,9 +197,23 @@ func runSim(t *testing.T, cfg simConfig) *sim {
 			for range c.conversations {
 				cv := &simConv{t: tn}
 				m.convs[tn.id] = append(m.convs[tn.id], cv)
+				if c.every > 0 {
+					continue
+				}
 				for range c.messages {
 					m.arrive(cv)
 				}
+			}
+			if c.every > 0 {
+				left := c.conversations * c.messages
+				var next func()
+				next = func() {
+					m.arrive(m.convs[tn.id][m.rng.IntN(c.conversations)])
+					if left--; left > 0 {
+						m.at(time.Duration(m.rng.ExpFloat64()*float64(c.every)), next)
+					}
+				}
+				next()
 			}
 		})
 	}
@@ -182,6 +241,8 @@ func runSim(t *testing.T, cfg simConfig) *sim {
 		if e.at.After(end) {
 			break
 		}
+		m.roomUsed += time.Duration(cfg.workers-m.room.Free) * e.at.Sub(m.now)
+		m.sending += time.Duration(m.inFlight) * e.at.Sub(m.now)
 		m.now = e.at
 		e.do()
 	}
@@ -189,9 +250,8 @@ func runSim(t *testing.T, cfg simConfig) *sim {
 	for _, tn := range m.tenants {
 		for _, cv := range m.convs[tn.id] {
 			if cv.inReady && !cv.running && !cv.due.After(m.now) && tn.c.cap == 0 && tn.c.gap == 0 {
-				if w := m.now.Sub(cv.due); w > m.maxWait {
-					m.maxWait = w
-				}
+				m.maxWait = max(m.maxWait, m.now.Sub(cv.due))
+				tn.maxWait = max(tn.maxWait, m.now.Sub(cv.due))
 			}
 		}
 	}
@@ -213,22 +273,38 @@ func (m *sim) arrive(cv *simConv) {
 // (or the wake-up kept), and the runners waiting for room look again.
 func (m *sim) notify(tenant int64) {
 	m.s.NoteDue(m.now, tenant)
-	if len(m.waiters) > 0 {
-		r := m.waiters[0]
-		m.waiters = m.waiters[1:]
-		r.token++
-		m.at(0, func() { m.free(r) })
-	} else {
-		m.wakeups = min(m.wakeups+1, len(m.runners))
-	}
+	m.wakeOne()
 	m.pokeRoom()
 }
 
+// pokeRoom wakes the runners waiting for room (room.poke, room.give).
 func (m *sim) pokeRoom() {
 	for _, r := range m.roomQ {
-		m.at(0, func() { m.free(r) })
+		r.roomToken++
+		m.at(0, func() { m.take(r) })
 	}
 	m.roomQ = nil
+}
+
+// wakeWaiter wakes the runner that has waited longest, if one waits
+// (jobs.scheduler.wakeWaiter).
+func (m *sim) wakeWaiter() bool {
+	if len(m.waiters) == 0 {
+		return false
+	}
+	r := m.waiters[0]
+	m.waiters = m.waiters[1:]
+	r.token++
+	m.at(0, func() { m.free(r) })
+	return true
+}
+
+// wakeOne wakes a waiting runner, or leaves the wake-up to the next runner
+// that would wait (jobs.scheduler.wakeLocked).
+func (m *sim) wakeOne() {
+	if !m.wakeWaiter() {
+		m.wakeups = min(m.wakeups+1, len(m.runners))
+	}
 }
 
 // rows is the ready set's summary (ordo's ActiveTenantsQuery).
@@ -256,18 +332,55 @@ func (m *sim) rows() []Due {
 	return out
 }
 
-// free is a runner with nothing to do: take room, pick, claim.
+// free is a runner with nothing to do: it starts looking for room
+// (jobs.Runner.takeRoom): for half a batch while batch claims left a
+// backlog lately, for one otherwise.
 func (m *sim) free(r *simRunner) {
-	if r.conv != nil {
+	if r.busy() {
 		return // woken while draining: the wake-up is for the next free runner
 	}
-	n, t, urgent, d := Take(m.s, &m.room, m.now, 1, 1, false)
+	r.want, r.takeAt = 1, m.now
+	if !m.lastBacklog.IsZero() && m.now.Sub(m.lastBacklog) < simBatchRecent {
+		r.want = max(1, simBatchSize/2)
+	}
+	m.take(r)
+}
+
+// take is a look for room (fair.Take, up to a batch), then the pick and
+// the claim; with no room, the runner waits for room to be given back, a
+// poll interval, or (wanting more than one) a turn slice, after which it
+// takes less.
+func (m *sim) take(r *simRunner) {
+	if r.busy() {
+		return
+	}
+	want := r.want
+	if want > 1 && m.now.Sub(r.takeAt) >= simTurnSlice {
+		want = 1
+	}
+	n, t, urgent, d := Take(m.s, &m.room, m.now, simBatchSize, want, false)
 	if d == Refresh {
 		m.s.Refresh(m.now, m.rows())
-		n, t, urgent, _ = Take(m.s, &m.room, m.now, 1, 1, true)
+		n, t, urgent, _ = Take(m.s, &m.room, m.now, simBatchSize, want, true)
 	}
 	if n == 0 {
 		m.roomQ = append(m.roomQ, r)
+		r.roomToken++
+		token := r.roomToken
+		// The runner's poll ticker, and its timer for wanting less.
+		look := simPoll - m.now.Sub(r.takeAt)%simPoll
+		if late := simTurnSlice - m.now.Sub(r.takeAt); want > 1 && late > 0 {
+			look = min(look, late)
+		}
+		m.at(look, func() {
+			if r.roomToken != token {
+				return
+			}
+			if i := slices.Index(m.roomQ, r); i >= 0 {
+				m.roomQ = slices.Delete(m.roomQ, i, i+1)
+			}
+			m.take(r)
+		})
 		return
 	}
 	if !urgent {
@@ -278,14 +391,25 @@ func (m *sim) free(r *simRunner) {
 		}
 		if d != Go {
 			m.room.Give(n)
+			m.pokeRoom()
 			m.wait(r)
 			return
 		}
 	}
+	if t.Cap == 0 && m.tenants[t.Tenant-1].c.gap == 0 {
+		m.claimBatch(r, t, n) // ordo.may_batch: unpaced, uncapped
+		return
+	}
+	m.room.Give(n - 1)
+	m.pokeRoom()
 	m.claim(r, t)
 }
 
 func (m *sim) wait(r *simRunner) {
+	m.waits++
+	if m.hung && m.now.Sub(m.hungAt) < m.cfg.hang {
+		m.waitsHung++
+	}
 	if m.wakeups > 0 {
 		m.wakeups--
 		m.at(time.Millisecond, func() { m.free(r) })
@@ -333,19 +457,11 @@ func (m *sim) claim(r *simRunner, t Turn) {
 		return
 	}
 	m.s.PassOn(t.Tenant, due > 1)
-	if due > 1 && len(m.waiters) > 0 {
-		w := m.waiters[0]
-		m.waiters = m.waiters[1:]
-		w.token++
-		m.at(0, func() { m.free(w) })
+	if due > 1 && !m.s.Gathering(m.now, t.Tenant) {
+		m.wakeWaiter()
 	}
-	if tn.quiet {
-		m.quietWaits = append(m.quietWaits, m.now.Sub(pick.waitingAt))
-	}
-	if tn.c.cap == 0 && tn.c.gap == 0 {
-		m.maxWait = max(m.maxWait, m.now.Sub(pick.due))
-	}
-	pick.running, r.conv, r.started = true, pick, m.now
+	m.claimed(pick)
+	pick.running, r.conv, r.started, r.n = true, pick, m.now, 0
 	tn.running++
 	tn.most = max(tn.most, tn.running)
 	if t.Cap > 0 && tn.running > t.Cap {
@@ -374,23 +490,26 @@ func (m *sim) next(r *simRunner, after time.Duration) {
 		tn.nextSlot = slot.Add(tn.c.gap)
 		after = slot.Sub(m.now)
 	}
-	m.at(after+m.send(), func() { m.sent(r) })
+	m.at(after, func() {
+		m.inFlight++
+		m.at(m.send(), func() {
+			m.inFlight--
+			m.sent(r)
+		})
+	})
 }
 
 func (m *sim) sent(r *simRunner) {
 	cv := r.conv
 	tn := cv.t
 	cv.pending--
-	tn.sent++
-	tn.sends = append(tn.sends, m.now)
-	if m.now.Sub(m.start) >= m.cfg.duration/5 && m.now.Sub(m.start) < m.cfg.duration*4/5 {
-		tn.sentIn++
-	}
+	m.count(tn)
+	r.n++
 	switch {
 	case cv.pending == 0:
 		cv.inReady = false
 		m.end(r)
-	case m.now.Sub(r.started) >= simMaxRunTime:
+	case r.n >= simMaxMessagesPerRun || m.now.Sub(r.started) > simMaxRunTime:
 		m.yield(r)
 	case m.now.Sub(r.started) >= simTurnSlice && m.s.HandOff(m.now, tn.id):
 		m.yield(r)
@@ -426,6 +545,28 @@ func (m *sim) end(r *simRunner) {
 	m.at(0, func() { m.free(r) })
 }
 
+// claimed records the wait of conversation cv, claimed now.
+func (m *sim) claimed(cv *simConv) {
+	tn := cv.t
+	if tn.quiet {
+		m.quietWaits = append(m.quietWaits, m.now.Sub(cv.waitingAt))
+	}
+	if tn.c.cap == 0 && tn.c.gap == 0 {
+		w := m.now.Sub(cv.due)
+		m.maxWait = max(m.maxWait, w)
+		tn.maxWait = max(tn.maxWait, w)
+	}
+}
+
+// count records a message sent for tenant tn now.
+func (m *sim) count(tn *simTenant) {
+	tn.sent++
+	tn.sends = append(tn.sends, m.now)
+	if m.now.Sub(m.start) >= m.cfg.duration/5 && m.now.Sub(m.start) < m.cfg.duration*4/5 {
+		tn.sentIn++
+	}
+}
+
 func quantile(ds []time.Duration, q float64) time.Duration {
 	if len(ds) == 0 {
 		return 0
@@ -437,10 +578,11 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 
 // TestSimulatedFairness runs a thousand tenants for a simulated minute on
 // 16 workers: campaigns of different weights, one capped, one paced, one
-// that starts halfway, beside 990 quiet tenants. It asserts what the
-// contract promises: backlogged tenants share the workers by weight
-// (±10 %), a quiet tenant waits at most a turn slice and one send for a
-// worker, no conversation starves, and no cap is exceeded.
+// that starts halfway, beside 993 quiet tenants; the unpaced, uncapped
+// ones claim batches. It asserts what the contract promises: backlogged
+// tenants share the workers by weight (±10 %), a quiet tenant waits at
+// most a turn slice and one send for a worker, no conversation starves,
+// and no cap is exceeded.
 func TestSimulatedFairness(t *testing.T) {
 	t.Parallel()
 	seeds := []uint64{1, 2, 3}
@@ -483,7 +625,7 @@ func TestSimulatedFairness(t *testing.T) {
 				}
 				want := float64(tn.c.weight) / float64(sumW)
 				got := float64(tn.sentIn) / float64(sumSent)
-				t.Logf("tenant %d weight %d: share %.3f (want %.3f), %d sent", tn.id, tn.c.weight, got, want, tn.sent)
+				t.Logf("tenant %d weight %d: share %.3f (want %.3f), %d sent, %.2f conversations a round", tn.id, tn.c.weight, got, want, tn.sent, fullness(tn))
 				if got < want*0.9 || got > want*1.1 {
 					t.Errorf("tenant %d (weight %d) had %.3f of the workers; want %.3f ± 10%%", tn.id, tn.c.weight, got, want)
 				}
@@ -520,6 +662,7 @@ func TestSimulatedFairness(t *testing.T) {
 				for i := 1; i < len(tn.sends); i++ {
 					gap = max(gap, tn.sends[i].Sub(tn.sends[i-1]))
 				}
+				t.Logf("tenant %d weight %d: longest gap %s", tn.id, tn.c.weight, gap)
 				if gap > 2*time.Second && tn.sent < tn.c.conversations*tn.c.messages {
 					t.Errorf("tenant %d (weight %d, cap %d) went %s without a send while it had work: starvation", tn.id, tn.c.weight, tn.c.cap, gap)
 				}
