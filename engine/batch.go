@@ -487,6 +487,19 @@ func (e *Engine) enqueueBatch(ctx context.Context, calls []*ingestCall, lockTime
 	}
 	groups := conversationGroups(calls)
 	for g, group := range groups {
+		if g == 0 && len(group) == 1 {
+			// A first conversation of one message waits for its row as
+			// a message alone does: ordo.enqueue_message itself, without
+			// the per-conversation function around it (most of a busy
+			// batch's conversations carry one message each).
+			c := group[0]
+			var dir *string
+			if c.msg.Direction != "" {
+				dir = &c.msg.Direction
+			}
+			batch.Queue(enqueueQuery, c.msg.Tenant, c.msg.ConversationID, c.msg.MessageID, dir, c.msg.Payload, c.msg.onReuse())
+			continue
+		}
 		ids := make([]string, len(group))
 		dirs := make([]*string, len(group))
 		payloads := make([]json.RawMessage, len(group))
