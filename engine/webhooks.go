@@ -238,7 +238,8 @@ func (e *Engine) storeInbound(ctx context.Context, tx pgx.Tx, t WebhookTenant, g
 		msgs.add(NewMessage{Tenant: t.Slug, ConversationID: m.ConversationID, MessageID: m.MessageID,
 			Direction: "inbound", Payload: payload, ReuseIsDuplicate: true})
 	}
-	rows, _ := tx.Query(ctx, enqueueGroupQuery, msgs.args(wait)...) // batch.go
+	q, args := msgs.query(wait) // batch.go
+	rows, _ := tx.Query(ctx, q, args...)
 	got, err := scanEnqueued(rows, len(group))
 	if err != nil {
 		return false, translate(err, "enqueue message")

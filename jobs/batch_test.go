@@ -570,29 +570,8 @@ func TestACampaignArrivingOverTimeGoesOutInGatheredBatches(t *testing.T) {
 			want[conv] = append(want[conv], fmt.Sprintf("%s #%d", conv, k))
 		}
 	}
-	errs := make(chan error, clients)
-	for cl := range clients {
-		go func() {
-			for k := range messages {
-				for i := range convsEach {
-					conv := fmt.Sprintf("g%02d", cl*convsEach+i)
-					_, err := b.Engine.Ingest(context.Background(), engine.NewMessage{
-						Tenant: "acme", ConversationID: conv, MessageID: fmt.Sprintf("%s-%d", conv, k), Payload: jobstest.Outbound(conv, fmt.Sprintf("%s #%d", conv, k)),
-					})
-					if err != nil {
-						errs <- err
-						return
-					}
-					time.Sleep(2 * time.Millisecond) // a client's next request
-				}
-			}
-			errs <- nil
-		}()
-	}
-	for range clients {
-		if err := <-errs; err != nil {
-			t.Fatalf("ingest: %v", err)
-		}
+	for err := range offerCampaign(b, clients, convsEach, messages) {
+		t.Fatalf("ingest: %v", err)
 	}
 	total := clients * convsEach * messages
 	b.WaitFor("every message sent", time.Minute, func() bool { return len(b.WhatsApp.Sends()) >= total+1 })
@@ -612,4 +591,35 @@ func TestACampaignArrivingOverTimeGoesOutInGatheredBatches(t *testing.T) {
 	if per := float64(total) / float64(finishes); per < 4 {
 		t.Fatalf("%d messages recorded by %d finish calls, %.1f a call; want batches that gather (at least 4 a call)", total, finishes, per)
 	}
+}
+
+// offerCampaign offers acme's campaign as clients would, each owning
+// convsEach conversations ("gNN") and offering their messages ("gNN #k")
+// in order, one request after another; the channel yields each client's
+// error and is closed when every client is done.
+func offerCampaign(b *jobstest.Bundle, clients, convsEach, messages int) <-chan error {
+	errs := make(chan error, clients)
+	var wg sync.WaitGroup
+	for cl := range clients {
+		wg.Go(func() {
+			for k := range messages {
+				for i := range convsEach {
+					conv := fmt.Sprintf("g%02d", cl*convsEach+i)
+					_, err := b.Engine.Ingest(context.Background(), engine.NewMessage{
+						Tenant: "acme", ConversationID: conv, MessageID: fmt.Sprintf("%s-%d", conv, k), Payload: jobstest.Outbound(conv, fmt.Sprintf("%s #%d", conv, k)),
+					})
+					if err != nil {
+						errs <- err
+						return
+					}
+					time.Sleep(2 * time.Millisecond) // a client's next request
+				}
+			}
+		})
+	}
+	go func() {
+		wg.Wait()
+		close(errs)
+	}()
+	return errs
 }
