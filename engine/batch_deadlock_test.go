@@ -28,26 +28,7 @@ func TestIngestBatchHoldsNoConversationWhileItWaits(t *testing.T) {
 		e.mustIngest(msg(c, c+"-0"))
 	}
 
-	app, err := pgx.Connect(ctx, e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = app.Close(context.Background()) })
-	var appPID int
-	if err := app.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&appPID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := app.Exec(ctx, `SET deadlock_timeout = '20ms'`); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := app.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', 'c', 'app-c', 'inbound', '{}')`); err != nil {
-		t.Fatal(err)
-	}
+	tx, appPID := e.appHoldsC(t, "20ms")
 
 	msgs := []NewMessage{msg("a", "a-1"), msg("c", "c-1"), msg("c", "c-2"), msg("d", "d-1")}
 	answers := e.offerInOneBatch(msgs)
@@ -223,23 +204,7 @@ func TestIngestHeldConversationsBadMessageFailsOnlyItself(t *testing.T) {
 	for _, c := range []string{"a", "c"} {
 		e.mustIngest(msg(c, c+"-0"))
 	}
-	app, err := pgx.Connect(ctx, e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = app.Close(context.Background()) })
-	var appPID int
-	if err := app.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&appPID); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := app.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', 'c', 'app-c', 'inbound', '{}')`); err != nil {
-		t.Fatal(err)
-	}
+	tx, appPID := e.appHoldsC(t, "")
 	bad := msg("c", "c-bad")
 	bad.Direction = "sideways"
 	msgs := []NewMessage{msg("a", "a-1"), msg("c", "c-1"), bad, msg("c", "c-2")}
@@ -279,4 +244,35 @@ func TestIngestHeldConversationsBadMessageFailsOnlyItself(t *testing.T) {
 	if len(seqs) == 2 && (seqs[0] != 3 || seqs[1] != 4) {
 		t.Fatalf("c-1 and c-2 got seqs %v, want [3 4]", seqs)
 	}
+}
+
+// appHoldsC is an application's own transaction, on a connection of its
+// own, that has enqueued "app-c" in conversation c and so holds c's row
+// until it ends; pid is its backend's. deadlockTimeout, if set, is its
+// session's deadlock_timeout: short, Postgres checks for a cycle as soon
+// as it waits.
+func (e *batchEnv) appHoldsC(t *testing.T, deadlockTimeout string) (tx pgx.Tx, pid int) {
+	t.Helper()
+	ctx := context.Background()
+	app, err := pgx.Connect(ctx, e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = app.Close(context.Background()) })
+	if err := app.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if deadlockTimeout != "" {
+		if _, err := app.Exec(ctx, `SELECT set_config('deadlock_timeout', $1, false)`, deadlockTimeout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tx, err = app.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, `SELECT ordo.enqueue_message('acme', 'c', 'app-c', 'inbound', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	return tx, pid
 }
