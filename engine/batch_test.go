@@ -442,10 +442,7 @@ func TestIngestBadMessageFailsOnlyItself(t *testing.T) {
 		t.Fatalf("a rejected message left %d conversations", n)
 	}
 	// No seq was lost to the rolled-back batch: every conversation 1..n.
-	if n := e.count(`
-SELECT count(*) FROM ordo.conversations c
-WHERE c.last_seq <> (SELECT count(*) FROM ordo.messages m WHERE m.conversation_pk = c.id)
-   OR c.last_seq <> (SELECT coalesce(max(m.seq), 0) FROM ordo.messages m WHERE m.conversation_pk = c.id)`); n != 0 {
+	if n := e.count(seqGapsQuery); n != 0 {
 		t.Fatalf("%d conversations with gaps in their seqs", n)
 	}
 }
@@ -669,3 +666,10 @@ func TestBatchesTakeNoConversationInFlight(t *testing.T) {
 		t.Fatalf("once x1 is done, the next batch is %v, want [x2 x3]", got)
 	}
 }
+
+// seqGapsQuery counts conversations whose messages are not exactly seqs
+// 1..last_seq: a seq lost to a rolled-back batch, or a message stored twice.
+const seqGapsQuery = `
+SELECT count(*) FROM ordo.conversations c
+WHERE c.last_seq <> (SELECT count(*) FROM ordo.messages m WHERE m.conversation_pk = c.id)
+   OR c.last_seq <> (SELECT coalesce(max(m.seq), 0) FROM ordo.messages m WHERE m.conversation_pk = c.id)`
