@@ -49,9 +49,12 @@ type noisyPhase struct {
 	burst      map[string][]string
 	burstIDs   map[string]bool
 	quietSent  map[string]time.Time
+	quietAcked map[string]time.Time // when its REST call was answered 2xx
 	quietOwner map[string]int
 	quietConv  map[string]string
 	quietRetry int
+	// slowest is the quiet message sent latest after its offer (judgeNoisy).
+	slowest string
 }
 
 // noisyResult is the scenario's own part of a result line.
@@ -166,6 +169,7 @@ func (b *benchEnv) runNoisy(ctx context.Context, system string, rate int) (bench
 		return res, err
 	}
 	b.judgeNoisy(&res, nr, ph, wa.Sends(), 0)
+	b.explainSlowest(ctx, pool, system, ph)
 	sent := len(wa.Sends()) // over the phases, for tx_per_msg
 	// Phase 2: the burst alone.
 	wa.Reset()
@@ -180,6 +184,7 @@ func (b *benchEnv) runNoisy(ctx context.Context, system string, rate int) (bench
 		return res, err
 	}
 	nr.BurstWithQuietMsgsS = b.judgeNoisy(&res, nr, ph, wa.Sends(), 1)
+	b.explainSlowest(ctx, pool, system, ph)
 	sent += len(wa.Sends())
 	res.Throughput = nr.BurstWithQuietMsgsS
 
@@ -229,7 +234,7 @@ func setSendRates(ctx context.Context, url string, slugs []string, rate int) err
 func (b *benchEnv) noisyPhase(ctx context.Context, name string, n int, pool *pgxpool.Pool, system, addr string,
 	keys, slugs []string, wa *whatsapptest.Server, burst, quiet bool, msgs, convs int) (*noisyPhase, error) {
 	ph := &noisyPhase{name: name, burst: map[string][]string{}, burstIDs: map[string]bool{},
-		quietSent: map[string]time.Time{}, quietOwner: map[string]int{}, quietConv: map[string]string{}}
+		quietSent: map[string]time.Time{}, quietAcked: map[string]time.Time{}, quietOwner: map[string]int{}, quietConv: map[string]string{}}
 	want := 0
 	if burst {
 		start := time.Now()
@@ -334,6 +339,8 @@ func (b *benchEnv) offerQuiet(ctx context.Context, n int, addr string, keys []st
 				ph.quietRetry += retries
 				if err != nil {
 					errs = append(errs, fmt.Errorf("quiet %s: %w", id, err))
+				} else {
+					ph.quietAcked[id] = time.Now()
 				}
 			})
 		}
@@ -391,6 +398,7 @@ func (b *benchEnv) judgeNoisy(res *benchResult, nr *noisyResult, ph *noisyPhase,
 	res.IngestRetries += int64(ph.quietRetry)
 
 	var first, last time.Time
+	var slowest whatsapptest.Send // the quiet message sent latest after its offer
 	burstSent := 0
 	seen := map[string]bool{}
 	for _, s := range sends {
@@ -412,6 +420,9 @@ func (b *benchEnv) judgeNoisy(res *benchResult, nr *noisyResult, ph *noisyPhase,
 			q := &nr.Quiet[ph.quietOwner[s.Text]-1]
 			q.lat[slot] = append(q.lat[slot], float64(s.At.Sub(at))/float64(time.Millisecond))
 			q.Sent[slot]++
+			if slowest.Text == "" || s.At.Sub(at) > slowest.At.Sub(ph.quietSent[slowest.Text]) {
+				slowest = s
+			}
 		}
 	}
 	msg := fmt.Sprintf("noisy / %s: %s: duplicates %d, order violations %d, lost %d", res.System, ph.name, rep.Duplicates, rep.OrderViolations, rep.Lost)
@@ -422,6 +433,13 @@ func (b *benchEnv) judgeNoisy(res *benchResult, nr *noisyResult, ph *noisyPhase,
 		if slot == 1 {
 			res.DurationS = round2(d)
 		}
+	}
+	ph.slowest = slowest.Text
+	if id := slowest.Text; id != "" {
+		// Where the slowest quiet message's time went: its REST call
+		// (offer → 2xx), or the drain (2xx → the provider).
+		msg += fmt.Sprintf(", slowest quiet %s: offered %s, answered +%.0f ms, sent +%.0f ms", id,
+			ph.quietSent[id].Format("15:04:05.000"), ms(ph.quietAcked[id].Sub(ph.quietSent[id])), ms(slowest.At.Sub(ph.quietSent[id])))
 	}
 	for _, q := range nr.Quiet {
 		if l := q.lat[slot]; len(l) > 0 {
@@ -489,3 +507,41 @@ func noisyTargets(results []benchResult, check func(ok bool, what, got string)) 
 			"noisy ("+mode+"): burst with quiet ≥ 0.9 × burst alone", ratio(r.Noisy.BurstWithQuietMsgsS, r.Noisy.BurstAloneMsgsS))
 	}
 }
+
+// slowestQuery is where ordo's time went for one message: its ingest
+// transaction's start (created_at; the commit is not recorded), its send
+// step started and finished, and the send's attempts.
+const slowestQuery = `
+SELECT m.created_at, s.started_at, s.finished_at, s.attempts
+FROM ordo.messages m JOIN ordo.steps s ON s.message_pk = m.id AND s.kind = 'send'
+WHERE m.message_id = $1`
+
+// explainSlowest logs, for ordo, where the slowest quiet message of the
+// phase spent its time after its offer: in its REST call before the
+// ingest transaction began, in that transaction and the claim (began →
+// send started), or in the call (started → finished). With its REST
+// answer's time (judgeNoisy), a tail is told apart as ingest or drain.
+func (b *benchEnv) explainSlowest(ctx context.Context, pool *pgxpool.Pool, system string, ph *noisyPhase) {
+	if system != "ordo" || ph.slowest == "" {
+		return
+	}
+	var (
+		stored, started, finished *time.Time
+		attempts                  int
+	)
+	if err := pool.QueryRow(ctx, slowestQuery, ph.slowest).Scan(&stored, &started, &finished, &attempts); err != nil {
+		b.logf("noisy / %s: %s: slowest quiet %s: %v", system, ph.name, ph.slowest, err)
+		return
+	}
+	at := func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return fmt.Sprintf("+%.0f ms", ms(t.Sub(ph.quietSent[ph.slowest])))
+	}
+	b.logf("noisy / %s: %s: slowest quiet %s after its offer: ingest began %s, send started %s, finished %s, %d attempt(s)",
+		system, ph.name, ph.slowest, at(stored), at(started), at(finished), attempts)
+}
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
