@@ -494,27 +494,24 @@ func (s *Scheduler) Pick(now time.Time, fresh bool) (Turn, Decision) {
 	}
 	// Skip the visits of tenants served out of turn — unless every tenant
 	// of the round was: then the next one goes all the same (a round of
-	// one tenant must not come back empty).
+	// one tenant must not come back empty). The round goes round once
+	// more only while skipping: after its last visit it is over, and the
+	// next pick reads who is due (a round that wrapped at once was never
+	// read again while its tenants stayed in it, and a tenant with a
+	// drain running here, so not urgent, got no claim meanwhile).
 	for skipped := 0; ; {
+		if s.pos >= len(s.round) {
+			s.pos, s.left = 0, s.round[0].Weight
+		}
 		t := s.round[s.pos]
 		if s.Gathering(now, t.Tenant) {
 			s.advance()
-			if s.pos >= len(s.round) {
-				s.pos = 0
-				s.left = s.round[0].Weight
-			}
 			continue
 		}
 		s.left--
 		if s.left <= 0 {
 			s.advance()
 			skipped++
-			if s.pos >= len(s.round) {
-				s.pos = 0 // the rest of this round was served out of turn: go round once more
-				if len(s.round) > 0 {
-					s.left = s.round[0].Weight
-				}
-			}
 		}
 		if s.served[t.Tenant] > 0 && skipped < len(s.round) {
 			if s.served[t.Tenant]--; s.served[t.Tenant] == 0 {
@@ -563,9 +560,13 @@ func (s *Scheduler) Refresh(now time.Time, rows []Due) {
 	next := now.Add(s.cfg.Poll)
 	for _, r := range rows {
 		s.known[r.Tenant] = r.Turn
-		if _, blocked := s.blocked[r.Tenant]; blocked {
-			if r.DueIn <= 0 {
-				continue // tried again after an event or a poll interval
+		if at, blocked := s.blocked[r.Tenant]; blocked {
+			// Tried again when a conversation of its became due since
+			// (the read above finds one whose notification was lost), or
+			// a poll interval after its miss: with every runner busy (a
+			// campaign) none waits, and Waited never comes.
+			if r.DueIn <= 0 && !s.dueAt[r.Tenant].After(at) && now.Sub(at) < s.cfg.Poll {
+				continue
 			}
 			// Nothing due now: what blocked it is over, and its next
 			// conversation is tried when due.

@@ -109,15 +109,74 @@ func TestModel(t *testing.T) {
 			}
 		}},
 		{"a blocked tenant is tried again after a poll interval of waiting", func(t *testing.T, s *Scheduler) {
-			rows := []Due{due(1, 1, 1, 0)}
+			// At its cap, with a conversation due for a minute: nothing
+			// newly due tries it again.
+			rows := []Due{due(1, 1, 1, -time.Minute)}
 			picks(s, t0, rows, 1)
 			s.Missed(t0, 1, t0)
-			if got := picks(s, t0.Add(time.Second), rows, 1); got[0] != 0 {
-				t.Fatalf("picked %v before the poll interval passed in a wait", got)
+			if got := picks(s, t0.Add(s.cfg.Poll/2), rows, 1); got[0] != 0 {
+				t.Fatalf("picked %v before a poll interval passed", got)
 			}
-			s.Waited(t0.Add(time.Second))
-			if got := picks(s, t0.Add(time.Second), rows, 1); got[0] != 1 {
+			s.Waited(t0.Add(s.cfg.Poll))
+			if got := picks(s, t0.Add(s.cfg.Poll), rows, 1); got[0] != 1 {
 				t.Fatalf("picked %v after a wait of a poll interval", got)
+			}
+		}},
+		{"a blocked tenant is tried again after a poll interval with every runner busy", func(t *testing.T, s *Scheduler) {
+			// A campaign keeps every runner busy: none waits, so Waited
+			// never comes. Tenant 2 (at its cap) missed; after a poll
+			// interval the round's read of the ready set tries it again.
+			// Before, it sat out until one of its own events, for as long
+			// as the campaign kept the runners.
+			rows := []Due{due(1, 1, 0, 0), due(2, 1, 1, -time.Minute)}
+			picks(s, t0, rows, 2)
+			s.Missed(t0, 2, t0)
+			s.PassOn(1, true)
+			if got := picks(s, t0.Add(s.cfg.Poll/2), rows, 4); slices.Contains(got, 2) {
+				t.Fatalf("picks %v: tenant 2 tried again before a poll interval", got)
+			}
+			if got := picks(s, t0.Add(s.cfg.Poll), rows, 2); !slices.Contains(got, 2) {
+				t.Fatalf("picks %v: tenant 2 still sits out a poll interval after its miss", got)
+			}
+		}},
+		{"a blocked tenant the ready set shows due again, its notification lost, is served with the room full", func(t *testing.T, s *Scheduler) {
+			// Tenant 2's claim found nothing (a runner of another process
+			// took its conversation). Its next conversation became due, but
+			// the notification never came (a listener reconnecting, a
+			// starved process): only the ready set says so. With a campaign
+			// holding the room and no runner waiting, it sat out until
+			// the campaign ended.
+			r := Room{Free: 0, Over: 1}
+			s.Refresh(t0, []Due{due(1, 1, 0, 0), due(2, 1, 0, 0)})
+			s.PassOn(1, true)
+			s.Missed(t0, 2, t0)
+			s.Refresh(t0.Add(s.cfg.Slice), []Due{due(1, 1, 0, 0)}) // its conversation went
+			later := t0.Add(s.cfg.Slice + s.cfg.Poll)
+			if _, _, _, d := Take(s, &r, later, 8, 1, false); d != Refresh {
+				t.Fatalf("Take after a poll with the room full: %v; want it to read the ready set", d)
+			}
+			s.Refresh(later, []Due{due(1, 1, 0, 0), due(2, 1, 0, -time.Millisecond)})
+			n, turn, urgent, d := Take(s, &r, later, 8, 1, true)
+			if d != Go || !urgent || turn.Tenant != 2 || n != 1 {
+				t.Fatalf("Take = %d %+v urgent %v %v; want tenant 2 served beyond the room", n, turn, urgent, d)
+			}
+		}},
+		{"a round ends after its last visit and the next one reads who is due", func(t *testing.T, s *Scheduler) {
+			// Tenant 1's campaign always has more; tenant 2 has a drain
+			// running here (so it is not urgent) and another conversation
+			// due. Before, the round wrapped to its start right after its
+			// last visit and was never read again while tenant 1 stayed
+			// in it: tenant 2 got no claim for as long as its drain ran
+			// (1 s here, every pick tenant 1's).
+			rows := []Due{due(1, 1, 0, 0)}
+			picks(s, t0, rows, 1)
+			s.PassOn(1, true)
+			s.PassOn(2, true)
+			rows = append(rows, due(2, 1, 0, 0))
+			later := t0.Add(s.cfg.RefreshMin)
+			s.NoteDue(later, 2)
+			if got := picks(s, later, rows, 2); !slices.Contains(got, 2) {
+				t.Fatalf("picks %v: tenant 2, due since the round's read, was left out of the next round", got)
 			}
 		}},
 		{"a read in the middle of a round leaves the round where it was", func(t *testing.T, s *Scheduler) {
