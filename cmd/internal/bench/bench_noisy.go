@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -163,6 +164,11 @@ func (b *benchEnv) runNoisy(ctx context.Context, system string, rate int) (bench
 		nr.Quiet = append(nr.Quiet, quietLatency{Tenant: "quiet-" + strconv.Itoa(q)})
 	}
 
+	if b.cfg.profile != "" {
+		if err := b.resetStatements(ctx); err != nil {
+			return res, err
+		}
+	}
 	// Phase 1: the quiet tenants alone.
 	ph, err := b.noisyPhase(ctx, "quiet alone", 1, pool, system, c.addr, keys, slugs, wa, false, true, 0, 0)
 	if err != nil {
@@ -197,6 +203,12 @@ func (b *benchEnv) runNoisy(ctx context.Context, system string, rate int) (bench
 	slices.Sort(during)
 	res.Latency = benchLatency{P50: round1(percentile(during, 50)), P95: round1(percentile(during, 95)), P99: round1(percentile(during, 99))}
 	res.Noisy = nr
+	if b.cfg.profile != "" && b.statements {
+		file := filepath.Join(b.cfg.profile, fmt.Sprintf("%s-noisy-%d.statements.txt", system, rate))
+		if err := b.statementsTop(ctx, dbName, url, file); err != nil {
+			b.logf("pg_stat_statements: %v", err)
+		}
+	}
 	stopped = true
 	if err := c.stop(); err != nil {
 		return res, err
