@@ -538,10 +538,10 @@ func (b *benchEnv) explainSlowest(ctx context.Context, pool *pgxpool.Pool, syste
 		return
 	}
 	var (
-		stored, started, finished *time.Time
-		attempts                  int
+		began, started, finished *time.Time
+		attempts                 int
 	)
-	if err := pool.QueryRow(ctx, slowestQuery, ph.slowest).Scan(&stored, &started, &finished, &attempts); err != nil {
+	if err := pool.QueryRow(ctx, slowestQuery, ph.slowest).Scan(&began, &started, &finished, &attempts); err != nil {
 		b.logf("noisy / %s: %s: slowest quiet %s: %v", system, ph.name, ph.slowest, err)
 		return
 	}
@@ -552,7 +552,7 @@ func (b *benchEnv) explainSlowest(ctx context.Context, pool *pgxpool.Pool, syste
 		return fmt.Sprintf("+%.0f ms", ms(t.Sub(ph.quietSent[ph.slowest])))
 	}
 	b.logf("noisy / %s: %s: slowest quiet %s after its offer: ingest began %s, send started %s, finished %s, %d attempt(s)",
-		system, ph.name, ph.slowest, at(stored), at(started), at(finished), attempts)
+		system, ph.name, ph.slowest, at(began), at(started), at(finished), attempts)
 }
 
 // ms is d in milliseconds.
