@@ -34,9 +34,12 @@ type chaosProxy struct {
 	ln       net.Listener
 	record   bool // keep the time of each chunk forwarded upstream
 
-	mu      sync.Mutex
-	cut     bool
-	healed  chan struct{} // closed when the cut ends
+	mu sync.Mutex
+	// cut counts the cuts not healed yet: two faults may cut one worker's
+	// proxy at once, and the first to heal must not end the second's
+	// partition, which the checker judges until its own heal.
+	cut     int
+	healed  chan struct{} // closed when the last cut heals
 	slowMin time.Duration // per direction: a round trip is delayed twice
 	slowMax time.Duration
 	rng     *rand.Rand
@@ -179,7 +182,7 @@ func (p *chaosProxy) pass() bool {
 		if closed {
 			return false
 		}
-		if !cut {
+		if cut == 0 {
 			return true
 		}
 		<-healed
@@ -204,21 +207,24 @@ func (p *chaosProxy) noteUpstream() {
 	p.sent = append(p.sent, time.Now())
 }
 
-// Cut stops all traffic through the proxy, holding its connections.
+// Cut stops all traffic through the proxy, holding its connections, until
+// as many Heals.
 func (p *chaosProxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.cut {
-		p.cut, p.healed = true, make(chan struct{})
+	if p.cut++; p.cut == 1 {
+		p.healed = make(chan struct{})
 	}
 }
 
-// Heal lets the held traffic go on.
+// Heal ends one Cut; the held traffic goes on once every cut healed.
 func (p *chaosProxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cut {
-		p.cut = false
+	if p.cut == 0 {
+		return
+	}
+	if p.cut--; p.cut == 0 {
 		close(p.healed)
 	}
 }
@@ -247,8 +253,8 @@ func (p *chaosProxy) Close() error {
 		return nil
 	}
 	p.closed = true
-	if p.cut {
-		p.cut = false
+	if p.cut > 0 {
+		p.cut = 0
 		close(p.healed)
 	}
 	conns := p.conns

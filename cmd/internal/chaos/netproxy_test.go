@@ -73,6 +73,15 @@ func TestChaosProxy(t *testing.T) {
 	if _, err := roundTrip(c2, r2, 300*time.Millisecond); !isTimeout(err) {
 		t.Fatalf("new connection while cut: got %v, want a timeout", err)
 	}
+	// Two faults cut one worker at once (seed 1 of make chaos): the
+	// first to heal must not end the second's partition. Before, it did,
+	// and the worker's sends after that heal counted against the second
+	// cut's lease.
+	p.Cut()
+	p.Heal()
+	if _, err := roundTrip(c2, r2, 300*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("one of two cuts healed: got %v, want still held", err)
+	}
 	time.Sleep(100 * time.Millisecond)
 	healed := time.Now()
 	p.Heal()
