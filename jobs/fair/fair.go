@@ -561,15 +561,16 @@ func (s *Scheduler) Refresh(now time.Time, rows []Due) {
 	for _, r := range rows {
 		s.known[r.Tenant] = r.Turn
 		if at, blocked := s.blocked[r.Tenant]; blocked {
-			// Tried again when a conversation of its became due since
-			// (the read above finds one whose notification was lost), or
-			// a poll interval after its miss: with every runner busy (a
+			// It sits out while something of its is due and nothing may
+			// have changed for it. It is tried again once nothing is due
+			// now (its next conversation is tried when due), once a
+			// conversation of its became due since the miss (the read
+			// above finds one whose notification was lost), or a poll
+			// interval after the miss: with every runner busy (a
 			// campaign) none waits, and Waited never comes.
 			if r.DueIn <= 0 && !s.dueAt[r.Tenant].After(at) && now.Sub(at) < s.cfg.Poll {
 				continue
 			}
-			// Nothing due now: what blocked it is over, and its next
-			// conversation is tried when due.
 			delete(s.blocked, r.Tenant)
 		}
 		if r.DueIn <= 0 {
