@@ -34,6 +34,22 @@ func due(tenant int64, weight, cap int, in time.Duration) Due {
 	return Due{Turn: Turn{Tenant: tenant, Weight: weight, Cap: cap}, DueIn: in}
 }
 
+// servedBeyondRoom: with the room full, a free runner's Take at later
+// reads the ready set, which shows tenant 2's conversation due since a
+// moment before (its notification lost), and then serves tenant 2 as
+// urgent, beyond the room.
+func servedBeyondRoom(t *testing.T, s *Scheduler, r *Room, later time.Time) {
+	t.Helper()
+	if _, _, _, d := Take(s, r, later, 8, 1, false); d != Refresh {
+		t.Fatalf("Take after a poll with the room full: %v; want it to read the ready set", d)
+	}
+	s.Refresh(later, []Due{due(1, 1, 0, 0), due(2, 1, 0, -time.Millisecond)})
+	n, turn, urgent, d := Take(s, r, later, 8, 1, true)
+	if d != Go || !urgent || turn.Tenant != 2 || n != 1 {
+		t.Fatalf("Take = %d %+v urgent %v %v; want tenant 2 served beyond the room", n, turn, urgent, d)
+	}
+}
+
 func TestModel(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -99,14 +115,7 @@ func TestModel(t *testing.T) {
 			s.Refresh(t0, []Due{due(1, 1, 0, 0)})
 			s.PassOn(1, true)
 			later := t0.Add(s.cfg.Poll)
-			if _, _, _, d := Take(s, &r, later, 8, 1, false); d != Refresh {
-				t.Fatalf("Take after a poll with the room full: %v; want it to read the ready set", d)
-			}
-			s.Refresh(later, []Due{due(1, 1, 0, 0), due(2, 1, 0, -time.Millisecond)})
-			n, turn, urgent, d := Take(s, &r, later, 8, 1, true)
-			if d != Go || !urgent || turn.Tenant != 2 || n != 1 {
-				t.Fatalf("Take = %d %+v urgent %v %v; want tenant 2 served beyond the room", n, turn, urgent, d)
-			}
+			servedBeyondRoom(t, s, &r, later)
 		}},
 		{"a blocked tenant is tried again after a poll interval of waiting", func(t *testing.T, s *Scheduler) {
 			// At its cap, with a conversation due for a minute: nothing
@@ -152,14 +161,7 @@ func TestModel(t *testing.T) {
 			s.Missed(t0, 2, t0)
 			s.Refresh(t0.Add(s.cfg.Slice), []Due{due(1, 1, 0, 0)}) // its conversation went
 			later := t0.Add(s.cfg.Slice + s.cfg.Poll)
-			if _, _, _, d := Take(s, &r, later, 8, 1, false); d != Refresh {
-				t.Fatalf("Take after a poll with the room full: %v; want it to read the ready set", d)
-			}
-			s.Refresh(later, []Due{due(1, 1, 0, 0), due(2, 1, 0, -time.Millisecond)})
-			n, turn, urgent, d := Take(s, &r, later, 8, 1, true)
-			if d != Go || !urgent || turn.Tenant != 2 || n != 1 {
-				t.Fatalf("Take = %d %+v urgent %v %v; want tenant 2 served beyond the room", n, turn, urgent, d)
-			}
+			servedBeyondRoom(t, s, &r, later)
 		}},
 		{"a round ends after its last visit and the next one reads who is due", func(t *testing.T, s *Scheduler) {
 			// Tenant 1's campaign always has more; tenant 2 has a drain
