@@ -139,7 +139,7 @@ func (b *benchEnv) claimCase(ctx context.Context, cc claimCase) (benchResult, er
 			return benchResult{}, fmt.Errorf("walk: %w", err)
 		}
 		if round > 0 { // the first round warms the caches
-			walks = append(walks, float64(time.Since(start))/float64(time.Millisecond))
+			walks = append(walks, ms(time.Since(start)))
 		}
 		tenantIDs = ids
 		for _, t := range tenantIDs {

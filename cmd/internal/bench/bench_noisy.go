@@ -430,7 +430,7 @@ func (b *benchEnv) judgeNoisy(res *benchResult, nr *noisyResult, ph *noisyPhase,
 		}
 		if at, ok := ph.quietSent[s.Text]; ok {
 			q := &nr.Quiet[ph.quietOwner[s.Text]-1]
-			q.lat[slot] = append(q.lat[slot], float64(s.At.Sub(at))/float64(time.Millisecond))
+			q.lat[slot] = append(q.lat[slot], ms(s.At.Sub(at)))
 			q.Sent[slot]++
 			if slowest.Text == "" || s.At.Sub(at) > slowest.At.Sub(ph.quietSent[slowest.Text]) {
 				slowest = s
@@ -554,6 +554,3 @@ func (b *benchEnv) explainSlowest(ctx context.Context, pool *pgxpool.Pool, syste
 	b.logf("noisy / %s: %s: slowest quiet %s after its offer: ingest began %s, send started %s, finished %s, %d attempt(s)",
 		system, ph.name, ph.slowest, at(began), at(started), at(finished), attempts)
 }
-
-// ms is d in milliseconds.
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -114,7 +114,7 @@ func cpuPerMessage(system, postgres time.Duration, messages int) *benchCPU {
 		return nil
 	}
 	per := func(d time.Duration) float64 {
-		return math.Round(float64(d)/float64(time.Millisecond)/float64(messages)*1000) / 1000
+		return math.Round(ms(d)/float64(messages)*1000) / 1000
 	}
 	return &benchCPU{System: per(system), Postgres: per(postgres)}
 }
@@ -154,7 +154,7 @@ func judgeTimes(l benchLoad, system string, o *offered, done []time.Time, from t
 		if t.IsZero() {
 			continue
 		}
-		lat = append(lat, float64(t.Sub(o.sent[i]))/float64(time.Millisecond))
+		lat = append(lat, ms(t.Sub(o.sent[i])))
 		times = append(times, t)
 	}
 	r.Lost = l.messages() - len(times)
@@ -387,3 +387,6 @@ func printTargets(w io.Writer, results []benchResult) {
 	}
 	check(len(lost) == 0, "ordo: nothing lost, duplicated or out of order anywhere", strings.Join(lost, " "))
 }
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
