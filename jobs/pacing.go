@@ -17,8 +17,10 @@ import (
 //     back, so it never polls and never loses its place. A slot is a place
 //     in line, not a licence: the number's sends so far (sent_until) space
 //     every send 1/send_rate apart with 50 ms of tolerance, so a slot
-//     redeemed late (a stalled process, a late claim) waits its turn rather
-//     than leaving at Meta in one instant with the on-time slots after it;
+//     redeemed late (a stalled process, a late claim) takes the number's
+//     next slot rather than leaving at Meta in one instant with the on-time
+//     slots after it (and each send it holds back gets a slot of its own,
+//     so they come back one by one, not together to ask again);
 //   - pair rate: a conversation is one user, so the minimum gap between two
 //     sends to a user is the conversation's pair_ready_at (set from each
 //     send's answer when the tenant has a pair gap, and from each 131056

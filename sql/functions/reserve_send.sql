@@ -1,7 +1,7 @@
 -- ordo.reserve_send is the one check a drain makes before a send:
 --   'paused' — the tenant's sending is paused: do not send;
---   'wait'   — not yet: come back after wait (the conversation keeps any slot
---              it reserved, so waiting never loses its place in line);
+--   'wait'   — not yet: come back after wait (the conversation keeps the slot
+--              it waits for, so waiting never loses its place in line);
 --   'go'     — send after wait (at most p_horizon).
 -- It enforces the pair gap first (pair_ready_at: the tenant's pair gap after
 -- a send, or Meta's 131056 schedule after that error; so a user's gap holds
@@ -9,7 +9,8 @@
 -- takes the conversation's reserved slot or reserves the number's next one
 -- with a single atomic upsert; the number's sends so far (sent_until) then
 -- space every send 1/send_rate apart, with 50 ms of tolerance for jitter,
--- so a slot redeemed late never leaves in a burst with later ones.
+-- so a slot redeemed late never leaves in a burst with later ones: a send
+-- they hold back takes the number's next slot instead.
 -- Conversation writes carry the drain's fence.
 -- Times are the database's clock; the caller only ever sees durations.
 --
@@ -99,17 +100,22 @@ BEGIN
         -- drain stalled, or was claimed late) would leave together with the
         -- on-time slots after it, a burst at Meta. The number's sends so far
         -- (sent_until) space every send, beyond a tolerance for jitter; a
-        -- send too early waits, keeping its slot. Read under the row's lock,
-        -- so two processes' sends are spaced on one clock.
+        -- send too early takes a new slot. Read under the row's lock, so two
+        -- processes' sends are spaced on one clock.
         SELECT p.sent_until INTO v_sent FROM ordo.send_pacing p WHERE p.phone_number_id = p_phone FOR NO KEY UPDATE;
         v_now := clock_timestamp();
         v_go := greatest(v_slot, v_now);
         IF v_sent - v_jitter > v_go THEN
-            IF v_ticket IS DISTINCT FROM v_slot THEN
-                UPDATE ordo.conversations c SET send_slot_at = v_slot WHERE c.id = p_conv AND c.fence = p_fence;
-            END IF;
+            -- Too early for the number: a place of its own at the end of
+            -- the line, so the drains held back by one late send come back
+            -- one by one (told one wait, they came back together and all
+            -- but one asked again: n(n+1)/2 asks for n sends).
+            UPDATE ordo.send_pacing p SET next_slot = greatest(p.next_slot, v_sent - v_jitter) + v_space
+            WHERE p.phone_number_id = p_phone
+            RETURNING p.next_slot - v_space INTO v_slot;
+            UPDATE ordo.conversations c SET send_slot_at = v_slot WHERE c.id = p_conv AND c.fence = p_fence;
             verdict := 'wait';
-            wait := v_sent - v_jitter - v_now;
+            wait := v_slot - v_now;
             RETURN;
         END IF;
         UPDATE ordo.send_pacing p SET sent_until = greatest(v_sent, v_go) + v_space
