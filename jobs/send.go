@@ -141,8 +141,8 @@ func (r *run) send(ctx context.Context, st *step) (string, error) {
 // another application put in through SQL (ordo.enqueue_message), which no Go
 // saw, comes with its send step stored 'unchecked', and the drain that meets
 // one checks it before its first attempt (checkUnchecked) — and, in the same
-// go, the other unchecked sends at the head of the tenant's conversations
-// (an import's): those that pass lose their step and are batched like any
+// go, for a tenant whose sends batch, the other unchecked sends at the head
+// of the tenant's conversations (an import's): those that pass lose their step and are batched like any
 // checked message (ordo.claim batches only messages with no step yet); those
 // that fail are marked 'refused' with the reason, and their own drain
 // dead-letters them without checking again. Refused, a message's dead
@@ -200,12 +200,22 @@ func (r *run) checkMessage(messagePK int64, request json.RawMessage) *failure {
 	return nil
 }
 
-// checkUnchecked checks st, m's unchecked send, and — once a run — the
-// other unchecked sends at the head of the tenant's conversations. A
-// failure is st's refusal.
+// settingsBatch reports whether t's settings let its sends go in batches:
+// the tenant's part of ordo.may_batch, which decides (a tenant it passes
+// may still be refused there: paused, its number throttled or away).
+func settingsBatch(t tenants.Tenant) bool {
+	return t.SendRate == 0 && t.PairGapMS == 0 && t.MaxConcurrency == 0 && t.SendingPausedAt == nil
+}
+
+// checkUnchecked checks st, m's unchecked send, and — once a run, for a
+// tenant whose sends may batch — the other unchecked sends at the head of
+// the tenant's conversations. A failure is st's refusal.
 func (r *run) checkUnchecked(ctx context.Context, m message, st *step) (*failure, error) {
 	f := r.checkMessage(m.pk, st.request)
-	if r.swept {
+	if r.swept || !settingsBatch(r.tenant) {
+		// The sweep is there for the batches (ordo.claim batches only
+		// checked sends). A paced tenant's run would sweep again each time
+		// a send told to wait for its slot comes back.
 		return f, nil
 	}
 	r.swept = true
