@@ -12,11 +12,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/ordo-dev/ordo/cmd/internal/chaos"
 	"github.com/ordo-dev/ordo/cmd/internal/cli"
+	"github.com/ordo-dev/ordo/cmd/internal/proc"
 )
 
 func main() {
@@ -80,6 +82,12 @@ func main() {
 		fmt.Fprintf(env.Stderr, "ordo-chaos: --ordo: %v (build it: go build -o bin/ordo ./cmd/ordo)\n", err)
 		os.Exit(2)
 	}
+	release, err := proc.LockMachine(os.TempDir(), strings.Join(append([]string{"ordo-chaos"}, os.Args[1:]...), " "))
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "ordo-chaos: %v\n", err)
+		os.Exit(2)
+	}
+	defer release()
 	c.Exec, c.Out = []string{bin}, env.Stdout
 	rep, err := chaos.Run(ctx, c)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/ordo-dev/ordo/cmd/internal/cli"
+	"github.com/ordo-dev/ordo/cmd/internal/proc"
 )
 
 // The benchmark (`ordo-bench`, `make bench`) measures ordo side by side with
@@ -241,6 +242,11 @@ func Main(ctx context.Context, env *cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	release, err := proc.LockMachine(os.TempDir(), strings.Join(append([]string{"ordo-bench"}, args...), " "))
+	if err != nil {
+		return err
+	}
+	defer release()
 	// The code measured is the code at the start: a run takes minutes, and
 	// a commit made meanwhile must not be named as the one measured.
 	commit := sourceCommit()

@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -103,4 +104,27 @@ func TestAnUnexpectedExitIsRestarted(t *testing.T) {
 	if p.Unexpected() < 1 {
 		t.Errorf("%d unexpected exits, want at least 1", p.Unexpected())
 	}
+}
+
+// A second harness run on the machine is refused while the first holds it,
+// naming the first; once the first ends, the next one runs. (Session 15
+// started two chaos runs at once by mistake: both ran, at twice the load,
+// into one log.)
+func TestASecondHarnessRunIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	release, err := LockMachine(dir, "ordo-chaos --seed 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = LockMachine(dir, "ordo-chaos --seed 2")
+	if !errors.Is(err, ErrMachineBusy) || !strings.Contains(err.Error(), "ordo-chaos --seed 1 (pid ") {
+		t.Fatalf("second run: %v; want it refused, naming the first", err)
+	}
+	release()
+	release2, err := LockMachine(dir, "ordo-bench")
+	if err != nil {
+		t.Fatalf("after the first ended: %v", err)
+	}
+	release2()
 }
