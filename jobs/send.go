@@ -142,15 +142,16 @@ func (r *run) send(ctx context.Context, st *step) (string, error) {
 // saw, comes with its send step stored 'unchecked', and the drain that meets
 // one checks it before its first attempt (checkUnchecked) — and, in the same
 // go, for a tenant whose sends batch, the other unchecked sends at the head
-// of the tenant's conversations (an import's): those that pass lose their step and are batched like any
-// checked message (ordo.claim batches only messages with no step yet); those
-// that fail are marked 'refused' with the reason, and their own drain
-// dead-letters them without checking again. Refused, a message's dead
-// letter names the JSON path and no request leaves; sent, Meta would answer
-// only "(#100) Invalid parameter". A replayed refusal is checked again
-// (ordo.resolve_dead_letter). A pass is recorded by the attempt's start
-// (status running): a send whose start is put off (a far pacing slot, a
-// paused tenant) is checked again when it comes back.
+// of the tenant's conversations (an import's): those that pass lose their
+// step and are batched like any checked message (ordo.claim batches only
+// messages with no step yet); those that fail are marked 'refused' with the
+// reason, and their own drain dead-letters them without checking again.
+// Refused, a message's dead letter names the JSON path and no request
+// leaves; sent, Meta would answer only "(#100) Invalid parameter". A
+// replayed refusal is checked again (ordo.resolve_dead_letter). A pass is
+// recorded by the attempt's start (status running): a send whose start is
+// put off (a far pacing slot, a paused tenant) is checked again when it
+// comes back.
 
 // uncheckedSweep bounds the other unchecked sends one check takes along.
 const uncheckedSweep = 128
