@@ -72,7 +72,7 @@ func runDev(ctx context.Context, env *cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer lock.release()
+	defer lock.Release()
 
 	databaseURL := env.DatabaseURL
 	if databaseURL == "" {
