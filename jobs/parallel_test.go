@@ -17,7 +17,7 @@ import (
 // once, not after that send, with or without other tenants' sends in
 // flight. (The tenant is paced, as by default. An unpaced tenant's batch
 // gathers instead: a conversation that becomes due meanwhile joins its next
-// round, after the send; fair.Scheduler.Gather.)
+// round, after the send, waiting at most a turn slice; fair.Scheduler.Gather.)
 func TestASecondConversationDoesNotWaitForTheFirstsSend(t *testing.T) {
 	t.Parallel()
 	for _, others := range []int{0, 2} {
