@@ -189,27 +189,40 @@ func (r *run) waitForDependency(ctx context.Context, d *dependency, st *step, en
 // waitFor parks the conversation until what its tenant depends on — its
 // "handler", its "number", its "sending" — is back, or delay has passed:
 // in one transaction it marks the conversation, which the way back wakes,
-// and gives back st's attempt with give (an UPDATE of the step taking its
-// id and entry; "" for none). When the dependency came back meanwhile the
-// conversation goes on at once: the way back either saw the mark or was
-// seen by it (ordo.wait_for_dependency), never neither.
+// gives back st's attempt with give (an UPDATE of the step taking its id
+// and entry; "" for none), and parks the conversation, letting it go. When
+// the dependency came back meanwhile the conversation is due at once: the
+// way back either saw the mark or was seen by it (ordo.wait_for_dependency),
+// never neither. One transaction because the mark holds the row that says
+// the dependency is away (FOR SHARE) until the park is committed: the way
+// back's ordo.wake_waiting only tries each marked conversation's row, and
+// one it found held by a park of its own transaction was left to wait out
+// its park (TestResumeWhileADrainParksWakesIt).
 func (r *run) waitFor(ctx context.Context, what string, st *step, give string, entry []byte, delay time.Duration) (outcome, error) {
 	if r.d.hooks.beforeWait != nil {
 		r.d.hooks.beforeWait(r.s.conv)
 	}
-	var away bool
-	b := &pgx.Batch{}
-	b.Queue(waitForQuery, r.tenant.ID, what, r.s.conv, r.s.fence).QueryRow(func(row pgx.Row) error { return row.Scan(&away) })
-	if give != "" {
-		b.Queue(give, st.id, entry)
+	r.s.touch()
+	err := pgx.BeginFunc(ctx, r.s.conn, func(tx pgx.Tx) error {
+		var away, ok bool
+		if err := tx.QueryRow(ctx, waitForQuery, r.tenant.ID, what, r.s.conv, r.s.fence).Scan(&away); err != nil {
+			return err
+		}
+		if give != "" {
+			if _, err := tx.Exec(ctx, give, st.id, entry); err != nil {
+				return err
+			}
+		}
+		if !away {
+			delay = 0
+		}
+		return tx.QueryRow(ctx, parkQuery, r.s.conv, r.s.fence, delay.Milliseconds(), r.s.after).Scan(&ok)
+	})
+	if err != nil {
+		return outcome{}, r.s.written(err)
 	}
-	if err := r.s.send(ctx, b); err != nil {
-		return outcome{}, err
-	}
-	if !away {
-		delay = 0
-	}
-	return outcome{kind: outcomeWait, delay: delay}, nil
+	r.s.unlocked = true
+	return outcome{kind: outcomeWait, delay: delay, released: true}, nil
 }
 
 // holdBack gives back st's attempt with give (unstartStep, or keepUnknown

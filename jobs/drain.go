@@ -101,6 +101,8 @@ type message struct {
 type ended struct {
 	park bool
 	wait time.Duration
+	// parked: the run's last write parked the conversation for wait.
+	parked bool
 }
 
 // drain runs the conversation claimed by s (st: its state at the takeover)
@@ -174,7 +176,7 @@ func (d *Drainer) drain(ctx context.Context, s *session, st convState, runner st
 				r.prefetched = true
 			}
 		case outcomeWait:
-			return ended{park: true, wait: out.delay}, nil
+			return out.ended(), nil
 		case outcomeHalted:
 			log.WarnContext(ctx, "conversation halted on a dead letter", slog.String("message_id", m.id), slog.Int64("seq", m.seq))
 			return ended{}, nil

@@ -396,3 +396,72 @@ func TestAMessageAProxyAlwaysFailsDeadLetters(t *testing.T) {
 		t.Fatalf("the handler was taken down %d times by one message's 504s", n)
 	}
 }
+
+// A resume while a drain parks its conversation to wait for it must wake
+// that conversation. The drain marked the conversation waiting in one
+// transaction and parked it in another; ordo.wake_waiting only tries each
+// marked row (it must not wait for rows), so a resume during the park
+// skipped the conversation, and it waited out its park (PausedRecheck:
+// 30 s by default; CI once: web's TestMissingCredentialPausesSending). The
+// test holds the conversation's ready row so that the drain's park stops
+// there, resumes meanwhile, then lets the park go on.
+func TestResumeWhileADrainParksWakesIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobstest.Setup(t, jobstest.Options{NoStart: true, Config: jobs.Config{PausedRecheck: time.Minute}})
+	if _, err := b.Pool.Exec(ctx, `UPDATE ordo.tenants SET sending_paused_at = now(), sending_paused_reason = 'test'`); err != nil {
+		t.Fatal(err)
+	}
+	waiters := func() int { return b.Count(`SELECT count(*) FROM pg_locks WHERE NOT granted`) }
+	var (
+		once    sync.Once
+		resumed = make(chan error, 1)
+	)
+	jobs.SetBeforeWait(b.Runner, func(conv int64) {
+		once.Do(func() {
+			tx, err := b.Pool.Begin(ctx)
+			if err == nil {
+				_, err = tx.Exec(ctx, `SELECT 1 FROM ordo.ready WHERE conversation_pk = $1 FOR UPDATE`, conv)
+			}
+			if err != nil {
+				t.Error(err)
+				resumed <- err
+				return
+			}
+			go func() {
+				defer func() { _ = tx.Rollback(ctx) }()
+				// The drain's park waits for the ready row.
+				b.WaitFor("the drain's park to wait for the ready row", 10*time.Second, func() bool { return waiters() >= 1 })
+				done := make(chan error, 1)
+				go func() {
+					_, err := b.Pool.Exec(ctx, `SELECT ordo.resume_sending(id) FROM ordo.tenants`)
+					done <- err
+				}()
+				// The resume either ran through, or waits behind the drain.
+				b.WaitFor("the resume to run or wait", 10*time.Second, func() bool {
+					select {
+					case err := <-done:
+						done <- err
+						return true
+					default:
+						return waiters() >= 2
+					}
+				})
+				_ = tx.Rollback(ctx)
+				resumed <- <-done
+			}()
+		})
+	})
+	b.Start()
+	b.Ingest("c1", "m1", "after the resume")
+	select {
+	case err := <-resumed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no resume")
+	}
+	// Well under the minute the conversation was parked for.
+	b.WaitFor("the message sent soon after the resume", 10*time.Second, func() bool { return len(b.WhatsApp.SendsTo("c1")) == 1 })
+}

@@ -519,6 +519,8 @@ func (r *Runner) drainClaimed(ctx context.Context, s *session, st convState, nam
 func (r *Runner) end(ctx context.Context, s *session, end ended, err error) bool {
 	d := r.drainer
 	switch {
+	case err == nil && end.parked:
+		r.sched.dueIn(end.wait)
 	case err == nil && end.park:
 		if perr := s.park(ctx, end.wait); perr != nil && !errors.Is(perr, ErrFenced) {
 			d.logger.WarnContext(ctx, "park conversation", slog.Int64("conversation", s.conv), slog.String("error", perr.Error()))

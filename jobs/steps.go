@@ -30,7 +30,8 @@ type outcome struct {
 	delay time.Duration
 	// released: the message's last write let the conversation go and
 	// ended the run: caught up, or due again for another run (the run was
-	// over its budget or its turn: ordo.finish's 'release').
+	// over its budget or its turn: ordo.finish's 'release'); or, waiting,
+	// parked it (waitFor).
 	released bool
 	// next: the message's last write also read the next message (and may
 	// have started its first step); nil when it did not look.
