@@ -430,16 +430,3 @@ func (r *Runner) endAlone(ctx, rctx context.Context, conn *pgxpool.Conn, b *batc
 	}
 	return r.end(ctx, s, out.ended(), run.stop(err))
 }
-
-// ended is how the run of a message's outcome ends its drain.
-func (o outcome) ended() ended {
-	switch {
-	case o.kind == outcomeWait && o.released:
-		return ended{parked: true, wait: o.delay}
-	case o.kind == outcomeWait:
-		return ended{park: true, wait: o.delay}
-	case o.kind == outcomeDone && !o.released:
-		return ended{park: true} // the head moved; due again now for what is left
-	}
-	return ended{}
-}

@@ -105,6 +105,19 @@ type ended struct {
 	parked bool
 }
 
+// ended is how the run of a message's outcome ends its drain.
+func (o outcome) ended() ended {
+	switch {
+	case o.kind == outcomeWait && o.released:
+		return ended{parked: true, wait: o.delay}
+	case o.kind == outcomeWait:
+		return ended{park: true, wait: o.delay}
+	case o.kind == outcomeDone && !o.released:
+		return ended{park: true} // the head moved; due again now for what is left
+	}
+	return ended{}
+}
+
 // drain runs the conversation claimed by s (st: its state at the takeover)
 // until it has nothing left, yields, must wait (a step's backoff), or halts
 // on a dead letter. runner names the runner in the log.

@@ -382,11 +382,9 @@ func warmQuiet(ctx context.Context, client *http.Client, n int, addr string, key
 		errs = make([]error, len(keys))
 	)
 	for q := 1; q < len(keys); q++ {
-		conv := quietConv(n, q, quietWarmUp)
-		ph.quietConv["q"+strconv.Itoa(n)+"-"+strconv.Itoa(q)+"-warm"] = conv
-		wg.Go(func() {
-			_, errs[q] = postQuiet(ctx, client, addr, keys[q], conv, "q"+strconv.Itoa(n)+"-"+strconv.Itoa(q)+"-warm")
-		})
+		conv, id := quietConv(n, q, quietWarmUp), "q"+strconv.Itoa(n)+"-"+strconv.Itoa(q)+"-warm"
+		ph.quietConv[id] = conv
+		wg.Go(func() { _, errs[q] = postQuiet(ctx, client, addr, keys[q], conv, id) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
