@@ -6,7 +6,7 @@
 // the WhatsApp channel.
 //
 // River hosts the workers and runs what is River-shaped: the runner jobs on
-// a queue per process (runnerqueue.go: refreshed while the process lives,
+// a queue per process (river.go: refreshed while the process lives,
 // removed at its stop, swept when it is gone), event deliveries, and the
 // periodic jobs (maintenance.go: pruning, reconciling, event dispatch, the
 // runner sweep) on the shared queue, inserted by River's leader. Which
@@ -153,7 +153,7 @@ type Config struct {
 	PruneInterval time.Duration
 	// RunnerGoneAfter is how long a worker process's runner queue may go
 	// unrefreshed before the process counts as gone and a sweep deletes
-	// its runner jobs and queue (runnerqueue.go); a live process refreshes
+	// its runner jobs and queue (river.go); a live process refreshes
 	// it every RunnerGoneAfter/6 at most, and the sweep runs every
 	// RunnerGoneAfter/2. Default RunnerGoneAfterDefault.
 	RunnerGoneAfter time.Duration

@@ -3,7 +3,7 @@ package jobs
 // ordo's background work as River periodic jobs: pruning (prune.go),
 // reconciling orphaned conversations (reconcile.go), giving due event
 // streams a delivery job (events.go) and sweeping away the runner jobs and
-// queues of processes that are gone (runnerqueue.go).
+// queues of processes that are gone (river.go).
 //
 //   - River's leader (one process of all) inserts each job on the shared
 //     queue (Queue) every period, and once at its start (RunOnStart); any
