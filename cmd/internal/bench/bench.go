@@ -111,8 +111,11 @@ type benchConfig struct {
 	providerDelay                   time.Duration
 
 	// cpuHog is how many busy processes (bench_cpuhog.go) run beside the
-	// whole run, as other users of a shared machine would.
-	cpuHog int
+	// whole run, as other users of a shared machine would; while they run,
+	// the bench process itself is at instrumentNice and its children back
+	// at 0.
+	cpuHog         int
+	instrumentNice int
 }
 
 func parseBenchFlags(env *cli.Env, args []string) (benchConfig, error) {
@@ -148,21 +151,28 @@ func parseBenchFlags(env *cli.Env, args []string) (benchConfig, error) {
 	fs.BoolVar(&c.keep, "keep", false, "keep the cluster directory afterwards")
 	fs.IntVar(&c.rounds, "rounds", 1, "spread, hot, latency and backlog: run the systems this many times in turn and report each one's median round (this machine's speed moves 10-25% between runs; compare ratios with 3 or more)")
 	fs.IntVar(&c.dedupeRows, "dedupe-rows", 0, "pruned messages (dedupe records only, another tenant's) loaded into ordo's database before the runs, e.g. 20000000")
-	fs.IntVar(&c.noisyMsgs, "noisy-messages", 10000, "noisy: the burst's messages, queued through SQL (issue: 20000)")
-	fs.IntVar(&c.noisyConvs, "noisy-conversations", 1000, "noisy: the burst's conversations (issue: 2000)")
-	fs.IntVar(&c.noisyPacedMsgs, "noisy-paced-messages", 1600, "noisy, paced: the burst's messages (issue: 8000)")
-	fs.IntVar(&c.noisyPacedConvs, "noisy-paced-conversations", 160, "noisy, paced: the burst's conversations (issue: 800)")
+	fs.IntVar(&c.noisyMsgs, "noisy-messages", 20000, "noisy: the burst's messages, queued through SQL (the issue's; it must outlast --quiet-duration)")
+	fs.IntVar(&c.noisyConvs, "noisy-conversations", 2000, "noisy: the burst's conversations (the issue's)")
+	fs.IntVar(&c.noisyPacedMsgs, "noisy-paced-messages", 8000, "noisy, paced: the burst's messages (the issue's: 100 s at 80/s)")
+	fs.IntVar(&c.noisyPacedConvs, "noisy-paced-conversations", 800, "noisy, paced: the burst's conversations (the issue's)")
 	fs.IntVar(&c.noisyRate, "noisy-send-rate", 80, "noisy: ordo also runs with every tenant paced at this send_rate (0: unpaced only)")
 	fs.IntVar(&c.quietTenants, "quiet-tenants", 3, "noisy: quiet tenants beside the burst")
-	fs.IntVar(&c.quietRate, "quiet-rate", 4, "noisy: messages per second each quiet tenant offers over REST, each in a conversation of its own")
-	fs.DurationVar(&c.quietFor, "quiet-duration", 15*time.Second, "noisy: how long the quiet tenants offer (keep it shorter than the burst's drain)")
+	fs.IntVar(&c.quietRate, "quiet-rate", QuietRateDefault, "noisy: messages per second each quiet tenant offers over REST, each in a conversation of its own")
+	fs.DurationVar(&c.quietFor, "quiet-duration", QuietDurationDefault, "noisy: how long the quiet tenants offer (keep it shorter than the burst's drain; rate × duration ≥ 300 makes a tenant's p99 other than its maximum)")
 	fs.DurationVar(&c.providerDelay, "provider-delay", 50*time.Millisecond, "noisy: the fake Cloud API answers each send after this long")
 	fs.IntVar(&c.cpuHog, "cpu-hog", 0, "busy processes (a tight loop each, nice 0) running beside the whole run, stopped at its end")
+	fs.IntVar(&c.instrumentNice, "instrument-nice", InstrumentNiceDefault, "with --cpu-hog: the bench process's own niceness (its load generator and fake Cloud API), so that the hogs starve the systems measured and not the instrument; the systems and Postgres stay at 0, sql-floor runs in the bench process and so does not (needs root; 0: off)")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return c, err
 	}
 	if c.cpuHog < 0 {
 		return c, errors.New("--cpu-hog must be 0 or more")
+	}
+	if c.instrumentNice < -20 || c.instrumentNice > 0 {
+		return c, errors.New("--instrument-nice must be between -20 and 0")
+	}
+	if c.cpuHog == 0 {
+		c.instrumentNice = 0 // nothing to protect the instrument from
 	}
 	var err error
 	if c.scenarios, err = pickList("--scenario", scenario, benchScenarios); err != nil {
@@ -277,7 +287,12 @@ func Main(ctx context.Context, env *cli.Env, args []string) error {
 			return err
 		}
 		defer stopHogs()
-		fmt.Fprintf(env.Stdout, "cpu hogs: %d busy processes beside the run\n", cfg.cpuHog)
+		// After the hogs and Postgres started (they stay at 0); the
+		// systems measured are started back at 0 (startChild).
+		if err := raiseInstrument(cfg.instrumentNice); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "cpu hogs: %d busy processes beside the run, at nice 0 as the systems measured and Postgres; the bench's load generator and fake Cloud API at nice %d\n", cfg.cpuHog, cfg.instrumentNice)
 	}
 	var results []benchResult
 	for _, sc := range cfg.scenarios {

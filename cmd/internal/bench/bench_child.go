@@ -62,7 +62,7 @@ func (b *benchEnv) startChild(ctx context.Context, s childSpec) (*benchChild, er
 	ready := make(chan string, 1)
 	c := &benchChild{p: proc.New(proc.Config{
 		Name: s.system + " (" + s.role + ")",
-		Argv: args,
+		Argv: niceArgv(b.cfg.instrumentNice, args),
 		Env: append(os.Environ(),
 			"DATABASE_URL="+s.databaseURL,
 			"ORDO_ADDR=127.0.0.1:0",

@@ -3,7 +3,9 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +17,9 @@ import (
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == cpuHogArg {
 		cpuHog()
+	}
+	if len(os.Args) > 1 && os.Args[1] == instrumentChildArg {
+		instrumentChild()
 	}
 	os.Exit(m.Run())
 }
@@ -46,6 +51,44 @@ func TestCPUHogsSpinAndStop(t *testing.T) {
 	}
 	if _, err := os.Stat("/proc/" + pid); err == nil {
 		t.Errorf("hog %s still running after stop", pid)
+	}
+}
+
+// instrumentChildArg makes the test binary raise itself as the bench
+// does under --cpu-hog, start a child the way startChild does, and print
+// both niceness values.
+const instrumentChildArg = "--instrument-child"
+
+func instrumentChild() {
+	if err := raiseInstrument(-5); err != nil {
+		fmt.Println("error:", err)
+		os.Exit(0)
+	}
+	argv := niceArgv(-5, []string{"cat", "/proc/self/stat"})
+	out, err := exec.Command(argv[0], argv[1:]...).Output()
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(0)
+	}
+	f := strings.Fields(string(out)[strings.LastIndexByte(string(out), ')')+1:])
+	fmt.Printf("self=%s child=%s\n", statField("self", 18), f[16])
+	os.Exit(0)
+}
+
+// TestInstrumentAboveTheHogsAndSystemsBack: with --cpu-hog the bench
+// process (load generator, fake Cloud API) runs below nice 0, and the
+// systems it starts run back at 0, as the hogs do.
+func TestInstrumentAboveTheHogsAndSystemsBack(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("raising a process's priority needs root")
+	}
+	out, err := exec.Command(os.Args[0], instrumentChildArg).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(out)); got != "self=-5 child=0" {
+		t.Errorf("niceness: %s; want self=-5 child=0", got)
 	}
 }
 
