@@ -233,104 +233,110 @@ func TestReserveSendSpacesSlotsRedeemedLate(t *testing.T) {
 	}
 }
 
-// A reply takes no place in the number's line: with a campaign's slots
-// reserved out to ten seconds, the handler's reply to an inbound message,
-// and an outbound message right after one, go at once; a campaign
-// message does not. Replies are spaced all the same (a second reply right
-// after the first waits for the number's next free moment, not for the
-// line), and replies alone on a number are spaced too.
-func TestReserveSendLetsRepliesAheadOfTheLine(t *testing.T) {
+// A conversation a user waits on takes no place in the number's line:
+// with a campaign's slots reserved out to ten seconds, the conversation of
+// an inbound message, and one whose outbound message follows an inbound
+// one by moments (an answer the workflow posts itself), send at once; a
+// campaign's conversation does not. They are spaced all the same (a second
+// one right after the first waits for the number's next free moment, not
+// for the line), and alone on a number too. ordo.enqueue_message marks
+// them (ordo.ready.urgent).
+func TestReserveSendLetsAUserWaitingGoAheadOfTheLine(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, tenant, convs := pacedConversations(t, 1, 10)
-	reserve := func(conv, message int64) (string, time.Duration) {
+	reserve := func(conv int64) (string, time.Duration) {
 		t.Helper()
-		var (
-			verdict string
-			wait    time.Duration
-		)
-		if err := pool.QueryRow(ctx, `SELECT verdict, wait FROM ordo.reserve_send($1, $2, 0, 'P1', '0', $3)`, tenant, conv, message).Scan(&verdict, &wait); err != nil {
-			t.Fatal(err)
-		}
-		return verdict, wait
-	}
-	message := func(conv int64, seq int) int64 {
-		t.Helper()
-		var id int64
-		if err := pool.QueryRow(ctx, `SELECT id FROM ordo.messages WHERE conversation_pk = $1 AND seq = $2`, conv, seq).Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		return id
+		return reserveSend(t, pool, tenant, conv, 0)
 	}
 	enqueue := func(conv, id, direction string) int64 {
 		t.Helper()
+		if _, err := pool.Exec(ctx, `SELECT ordo.enqueue_message('acme', $1, $2, $3, '{}')`, conv, id, direction); err != nil {
+			t.Fatal(err)
+		}
 		var pk int64
-		if err := pool.QueryRow(ctx, `SELECT e.id FROM ordo.enqueue_message('acme', $1, $2, $3, '{}') e`, conv, id, direction).Scan(&pk); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT id FROM ordo.conversations WHERE conversation_id = $1`, conv).Scan(&pk); err != nil {
 			t.Fatal(err)
 		}
 		return pk
 	}
-	convID := func(conv string) int64 {
+	urgent := func(conv int64) bool {
 		t.Helper()
-		var id int64
-		if err := pool.QueryRow(ctx, `SELECT id FROM ordo.conversations WHERE conversation_id = $1`, conv).Scan(&id); err != nil {
+		var u bool
+		if err := pool.QueryRow(ctx, `SELECT urgent FROM ordo.ready WHERE conversation_pk = $1`, conv).Scan(&u); err != nil {
 			t.Fatal(err)
 		}
-		return id
+		return u
 	}
-	// Replies alone on a fresh number: the first goes, the second waits
+	caughtUp := func(conv int64) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `DELETE FROM ordo.ready WHERE conversation_pk = $1`, conv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	numberFree := func() {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `UPDATE ordo.send_pacing SET sent_until = clock_timestamp()`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Users alone on a fresh number: the first goes, the second waits
 	// about a slot (1/s), for the number, not for a line.
-	in1 := enqueue("u1", "in-1", "inbound")
-	if v, w := reserve(convID("u1"), in1); v != "go" || w != 0 {
-		t.Fatalf("first reply on a fresh number: %s %s; want go now", v, w)
+	u1 := enqueue("u1", "in-1", "inbound")
+	if !urgent(u1) || urgent(convs[0]) {
+		t.Fatal("an inbound message's conversation is not marked urgent, or a campaign's is")
 	}
-	in2 := enqueue("u2", "in-2", "inbound")
-	if v, w := reserve(convID("u2"), in2); v != "wait" || w < 800*time.Millisecond || w > time.Second {
-		t.Fatalf("a reply right after another: %s %s; want a wait of about one slot", v, w)
+	if v, w := reserve(u1); v != "go" || w != 0 {
+		t.Fatalf("first answer on a fresh number: %s %s; want go now", v, w)
+	}
+	u2 := enqueue("u2", "in-2", "inbound")
+	if v, w := reserve(u2); v != "wait" || w < 800*time.Millisecond || w > time.Second {
+		t.Fatalf("an answer right after another: %s %s; want a wait of about one slot", v, w)
 	}
 	// The campaign: ten conversations take the line's slots, out to ~10 s.
 	for _, c := range convs {
-		if v, w := reserve(c, message(c, 1)); v != "wait" || w <= 0 {
+		if v, w := reserve(c); v != "wait" || w <= 0 {
 			t.Fatalf("campaign conversation %d: %s %s; want a wait in line", c, v, w)
 		}
 	}
-	_, last := reserve(convs[9], message(convs[9], 1))
-	if last < 9*time.Second {
+	if _, last := reserve(convs[9]); last < 9*time.Second {
 		t.Fatalf("the campaign's last slot is %s away; want about 10 s", last)
 	}
-	// Once the number is free again (its last send a slot ago), a reply
-	// goes, ahead of every campaign slot; so does an outbound message
-	// right after an inbound one; a campaign message still waits in line.
-	if _, err := pool.Exec(ctx, `UPDATE ordo.send_pacing SET sent_until = clock_timestamp()`); err != nil {
-		t.Fatal(err)
+	// Once the number is free again (its last send a slot ago), a user
+	// who writes goes ahead of every campaign slot...
+	numberFree()
+	u3 := enqueue("u3", "in-3", "inbound")
+	if v, w := reserve(u3); v != "go" || w != 0 {
+		t.Fatalf("an answer during the campaign: %s %s; want go now, ahead of its line", v, w)
 	}
-	in3 := enqueue("u3", "in-3", "inbound")
-	if v, w := reserve(convID("u3"), in3); v != "go" || w != 0 {
-		t.Fatalf("a reply during the campaign: %s %s; want go now, ahead of its line", v, w)
+	// ...so does an answer the workflow posts after the user's message was
+	// handled (the conversation caught up meanwhile)...
+	caughtUp(u3)
+	numberFree()
+	if enqueue("u3", "out-3", "outbound"); !urgent(u3) {
+		t.Fatal("an outbound message moments after the user's is not marked urgent")
 	}
-	if _, err := pool.Exec(ctx, `UPDATE ordo.send_pacing SET sent_until = clock_timestamp()`); err != nil {
-		t.Fatal(err)
-	}
-	out := enqueue("u3", "out-3", "outbound")
-	if v, w := reserve(convID("u3"), out); v != "go" || w != 0 {
+	if v, w := reserve(u3); v != "go" || w != 0 {
 		t.Fatalf("an answer posted after the user's message: %s %s; want go now", v, w)
 	}
-	camp := enqueue("c0", "m0-2", "outbound")
+	// ...while the campaign's next message waits in line...
+	enqueue("c0", "m0-2", "outbound")
 	if _, err := pool.Exec(ctx, `UPDATE ordo.conversations SET send_slot_at = NULL WHERE id = $1`, convs[0]); err != nil {
 		t.Fatal(err)
 	}
-	if v, w := reserve(convs[0], camp); v != "wait" || w < 9*time.Second {
+	if v, w := reserve(convs[0]); v != "wait" || w < 9*time.Second {
 		t.Fatalf("a campaign message: %s %s; want the end of the line", v, w)
 	}
-	// An outbound message after an old inbound one is not a reply.
+	// ...and so does an outbound message an hour after the user's.
+	caughtUp(u1)
 	if _, err := pool.Exec(ctx, `UPDATE ordo.messages SET created_at = now() - interval '1 hour' WHERE message_id = 'in-1'`); err != nil {
 		t.Fatal(err)
 	}
-	late := enqueue("u1", "out-1", "outbound")
-	if _, err := pool.Exec(ctx, `UPDATE ordo.send_pacing SET sent_until = clock_timestamp()`); err != nil {
-		t.Fatal(err)
+	numberFree()
+	if enqueue("u1", "out-1", "outbound"); urgent(u1) {
+		t.Fatal("an outbound message an hour after the user's is marked urgent")
 	}
-	if v, w := reserve(convID("u1"), late); v != "wait" || w < 9*time.Second {
+	if v, w := reserve(u1); v != "wait" || w < 9*time.Second {
 		t.Fatalf("an outbound message an hour after the user's: %s %s; want the end of the line", v, w)
 	}
 }

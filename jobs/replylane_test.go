@@ -10,8 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ordo-dev/ordo/engine"
+	"github.com/ordo-dev/ordo/jobs"
 	"github.com/ordo-dev/ordo/jobs/jobstest"
+	"github.com/ordo-dev/ordo/jobs/whatsapp/whatsapptest"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -97,5 +101,67 @@ func TestAReplyGoesAheadOfTheNumbersCampaign(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The same for a tenant that does not pace: its campaign's conversations
+// are claimed in the order they became due, and a user who writes in the
+// middle of the campaign came after every conversation the campaign had
+// queued before; a 20,000-conversation import kept the user waiting for
+// minutes. A conversation whose next message is the user's goes ahead of
+// the tenant's bulk sends.
+func TestAUserIsAnsweredAheadOfTheTenantsUnpacedCampaign(t *testing.T) {
+	t.Parallel()
+	const (
+		convs = 300
+		msgs  = 4
+		delay = 50 * time.Millisecond
+	)
+	ctx := context.Background()
+	h := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"replies":[{"type":"text","text":{"body":"the answer"}}]}`)
+	}))
+	t.Cleanup(h.Close)
+	b := jobstest.Setup(t, jobstest.Options{HandlerURL: h.URL, NoStart: true, Config: jobs.Config{Workers: 4}})
+	if _, err := b.Tenants.Update(ctx, b.Tenant.Slug, tenants.UpdateParams{SendRate: ptr(0)}); err != nil {
+		t.Fatal(err)
+	}
+	b.WhatsApp.SetResponder(func(req whatsapptest.Send, attempt int) whatsapptest.Response {
+		r := whatsapptest.Default(req, attempt)
+		r.Delay = delay
+		return r
+	})
+	// The campaign, imported in one transaction.
+	batch := &pgx.Batch{}
+	for c := range convs {
+		for k := range msgs {
+			conv := fmt.Sprintf("campaign%03d", c)
+			batch.Queue(`SELECT ordo.enqueue_message('acme', $1, $2, 'outbound', $3)`, conv, fmt.Sprintf("%s-%d", conv, k), jobstest.Outbound(conv, fmt.Sprintf("%s #%d", conv, k)))
+		}
+	}
+	if err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() }); err != nil {
+		t.Fatal(err)
+	}
+	b.Start()
+	b.WaitFor("the campaign's first sends", 20*time.Second, func() bool { return len(b.WhatsApp.Sends()) >= 20 })
+	asked := time.Now()
+	if _, err := b.Engine.Ingest(ctx, engine.NewMessage{
+		Tenant: b.Tenant.Slug, ConversationID: "user", MessageID: "in-1", Direction: "inbound", Payload: []byte(`{"text":"hello?"}`),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitFor("the answer", 60*time.Second, func() bool { return len(b.WhatsApp.SendsTo("user")) == 1 })
+	answered := b.WhatsApp.SendsTo("user")[0].At
+	before := 0
+	for _, s := range b.WhatsApp.Sends() {
+		if s.To != "user" && s.At.After(asked) && s.At.Before(answered) {
+			before++
+		}
+	}
+	took := answered.Sub(asked)
+	t.Logf("answered %s after the user wrote; %d campaign sends went between", took, before)
+	if took > time.Second {
+		t.Fatalf("the answer went %s after the user wrote, behind %d of the campaign's %d sends; want it ahead of the campaign",
+			took, before, convs*msgs)
 	}
 }

@@ -6,7 +6,10 @@
 -- for the tenant whose turn it is (jobs/scheduler.go); everything the drain
 -- needs comes back as its result.
 --
--- The tenant's due conversations are walked in due order; each is claimed
+-- The tenant's due conversations are walked in due order, those a user
+-- waits on first (ordo.ready.urgent, set by ordo.enqueue_message: a user
+-- who wrote in the middle of the tenant's campaign waited for every
+-- conversation the campaign queued before); each is claimed
 -- by its drain lock (ordo.drain_key), tried and never waited for, so one
 -- another drain holds is passed over.
 --   * A batch (p_max >= 1, number p_phone given, ordo.may_batch): while the
@@ -85,6 +88,7 @@ DECLARE
     v_conv  bigint;
     v_c     record;
     v_cred  timestamptz;
+    v_walk  bigint[];
 BEGIN
     IF p_release_slot IS NOT NULL THEN
         PERFORM pg_advisory_unlock(-1 - p_release_slot, p_release_tenant::int);
@@ -93,6 +97,17 @@ BEGIN
         RETURN;
     END IF;
     SELECT cr.updated_at INTO v_cred FROM ordo.credentials cr WHERE cr.tenant_id = p_tenant AND cr.name = 'whatsapp';
+    -- The walk: the tenant's due conversations a user waits on (the
+    -- partial index ready_urgent_idx: one probe, usually empty), then the
+    -- others, each in due order. Append keeps its branches' order.
+    v_walk := ARRAY(
+        (SELECT r.conversation_pk FROM ordo.ready r
+         WHERE r.tenant_id = p_tenant AND r.urgent AND r.due_at <= now()
+         ORDER BY r.due_at LIMIT greatest(p_max + 4, 16))
+        UNION ALL
+        (SELECT r.conversation_pk FROM ordo.ready r
+         WHERE r.tenant_id = p_tenant AND NOT r.urgent AND r.due_at <= now()
+         ORDER BY r.due_at LIMIT greatest(p_max + 4, 16)));
 
     -- A batch: its candidates, by their drain locks (rows are locked below).
     IF p_max >= 1 AND coalesce(p_cap, 0) = 0 AND ordo.may_batch(p_tenant, p_phone) THEN
@@ -102,16 +117,15 @@ BEGIN
         -- database instead, on each claim: an index scan of steps whole,
         -- 66 ms a claim at 112,000 steps.
         FOR v_cand IN
-            SELECT r.conversation_pk AS id,
+            SELECT w.id,
                    coalesce(c.halted_at IS NULL AND c.send_slot_at IS NULL
                             AND (c.pair_ready_at IS NULL OR c.pair_ready_at <= now())
                             AND m.direction = 'outbound' AND st.message_pk IS NULL, false) AS quiet
-            FROM ordo.ready r
-            JOIN ordo.conversations c ON c.id = r.conversation_pk
+            FROM unnest(v_walk) WITH ORDINALITY w(id, n)
+            JOIN ordo.conversations c ON c.id = w.id
             LEFT JOIN ordo.messages m ON m.conversation_pk = c.id AND m.seq = c.head_seq + 1
             LEFT JOIN LATERAL (SELECT s.message_pk FROM ordo.steps s WHERE s.message_pk = m.id LIMIT 1) st ON true
-            WHERE r.tenant_id = p_tenant AND r.due_at <= now()
-            ORDER BY r.due_at LIMIT p_max + 4
+            ORDER BY w.n LIMIT p_max + 4
         LOOP
             IF cardinality(v_convs) >= p_max THEN
                 v_more := true;
@@ -148,11 +162,7 @@ BEGIN
                 RETURN;
             END IF;
         END IF;
-        FOR v_cand IN
-            SELECT r.conversation_pk AS id FROM ordo.ready r
-            WHERE r.tenant_id = p_tenant AND r.due_at <= now()
-            ORDER BY r.due_at LIMIT 16
-        LOOP
+        FOR v_cand IN SELECT w.id FROM unnest(v_walk) WITH ORDINALITY w(id, n) ORDER BY w.n LIMIT 16 LOOP
             IF v_conv IS NOT NULL THEN
                 -- The row after the claimed one: already fetched with it.
                 v_more := true;

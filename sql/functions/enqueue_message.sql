@@ -26,7 +26,11 @@
 -- (due now) after the message, under the conversation row's lock, so the
 -- drain that catches the conversation up (which deletes the row under the
 -- same lock) either sees this message or leaves the row to this call
--- (ordo.ready, migrations/000005_ready.up.sql). After taking the row lock it looks for the message
+-- (ordo.ready, migrations/000005_ready.up.sql). The row is urgent (a user
+-- waits on the conversation: its claims and paced sends go first, 000052)
+-- when the message is inbound, or an outbound one right after an inbound
+-- one accepted within the last 5 minutes (an answer the workflow posts
+-- itself). After taking the row lock it looks for the message
 -- again before inserting it: a copy that committed while this call waited is
 -- answered as a duplicate without touching the unique index (see the
 -- comment in the body; regression test sql/enqueue_race_test.go).
@@ -172,7 +176,10 @@ BEGIN
     END IF;
 
     IF NOT v_halted THEN
-        PERFORM ordo.make_ready(v_conv, v_tenant);
+        PERFORM ordo.make_ready(v_conv, v_tenant, v_dir = 'inbound' OR EXISTS (
+            SELECT 1 FROM ordo.messages pm
+            WHERE pm.conversation_pk = v_conv AND pm.seq = v_seq - 1
+              AND pm.direction = 'inbound' AND pm.created_at > now() - interval '5 minutes'));
     END IF;
 
     RETURN QUERY SELECT v_id, v_seq, false;

@@ -11,15 +11,14 @@
 -- space every send 1/send_rate apart, with 50 ms of tolerance for jitter,
 -- so a slot redeemed late never leaves in a burst with later ones: a send
 -- they hold back takes the number's next slot instead.
--- A reply takes no place in that line: it goes at the number's next free
--- moment (sent_until), ahead of the slots a campaign's conversations hold.
--- A user who writes to a number in the middle of its campaign is waiting
--- for the answer; behind a line of 20,000 conversations at 80/s they
--- waited four minutes. A reply is a send of message p_message when that
--- message is inbound (the handler's replies) or follows an inbound one
--- accepted within the last replyWindow (a workflow that answers through
--- the REST API itself). The number's rate holds: a reply moves sent_until
--- like any send, and a campaign slot it takes is held back and re-slotted.
+-- A conversation a user waits on (its ready row urgent: the user's message,
+-- or an answer to it, ordo.enqueue_message) takes no place in that line: it
+-- sends at the number's next free moment (sent_until), ahead of the slots
+-- a campaign's conversations hold. Behind a line of 20,000 conversations at
+-- 80/s a user who wrote in the middle of the campaign waited four minutes
+-- for the answer. The number's rate holds: its sends move sent_until like
+-- any send, and a campaign slot whose moment one took is held back and
+-- re-slotted.
 -- Conversation writes carry the drain's fence.
 -- Times are the database's clock; the caller only ever sees durations.
 --
@@ -31,7 +30,6 @@
 -- (issue 11: a quiet message pays this once per send).
 CREATE OR REPLACE FUNCTION ordo.reserve_send(
     p_tenant bigint, p_conv bigint, p_fence bigint, p_phone text, p_horizon interval,
-    p_message bigint DEFAULT NULL,
     OUT verdict text, OUT wait interval)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -49,16 +47,15 @@ DECLARE
     v_jitter interval := interval '50 milliseconds';
     v_found  boolean;
     v_space  interval;
-    v_reply  boolean := false;
-    -- how recent the user's message must be for a send after it to be a reply
-    c_reply_window constant interval := interval '5 minutes';
+    v_urgent boolean;
 BEGIN
     SELECT t.id IS NOT NULL, t.send_rate, t.sending_paused_at,
-           c.send_slot_at, c.pair_ready_at, p.throttled_until, p.next_slot
-    INTO v_found, v_rate, v_paused, v_ticket, v_pair, v_until, v_next
+           c.send_slot_at, c.pair_ready_at, p.throttled_until, p.next_slot, coalesce(r.urgent, false)
+    INTO v_found, v_rate, v_paused, v_ticket, v_pair, v_until, v_next, v_urgent
     FROM ordo.conversations c
     LEFT JOIN ordo.tenants t ON t.id = p_tenant
     LEFT JOIN ordo.send_pacing p ON p.phone_number_id = p_phone
+    LEFT JOIN ordo.ready r ON r.conversation_pk = c.id
     WHERE c.id = p_conv AND c.fence = p_fence
     FOR NO KEY UPDATE OF c;
     IF NOT FOUND THEN
@@ -77,14 +74,6 @@ BEGIN
 
     IF v_rate > 0 THEN
         v_space := make_interval(secs => 1.0 / v_rate);
-        IF p_message IS NOT NULL THEN
-            SELECT m.direction = 'inbound' OR coalesce(pm.direction = 'inbound' AND pm.created_at > v_now - c_reply_window, false)
-            INTO v_reply
-            FROM ordo.messages m
-            LEFT JOIN ordo.messages pm ON pm.conversation_pk = m.conversation_pk AND pm.seq = m.seq - 1
-            WHERE m.id = p_message;
-            v_reply := coalesce(v_reply, false);
-        END IF;
     END IF;
     IF v_ticket IS NOT NULL AND (v_until IS NULL OR v_ticket >= v_until) THEN
         v_slot := v_ticket;
@@ -101,7 +90,7 @@ BEGIN
         IF v_rate = 0 THEN
             -- Unpaced, but a throttled number still waits.
             v_slot := greatest(v_next, v_now);
-        ELSIF v_reply THEN
+        ELSIF v_urgent THEN
             -- Not in the line: now, or when a throttle ends; sent_until
             -- below decides (its row made if this is the number's first
             -- send, so that replies alone are spaced too).
@@ -135,8 +124,8 @@ BEGIN
         SELECT p.sent_until INTO v_sent FROM ordo.send_pacing p WHERE p.phone_number_id = p_phone FOR NO KEY UPDATE;
         v_now := clock_timestamp();
         v_go := greatest(v_slot, v_now);
-        IF v_sent - v_jitter > v_go AND v_reply THEN
-            -- A reply waits for the number's next free moment, not for the
+        IF v_sent - v_jitter > v_go AND v_urgent THEN
+            -- A user waits: for the number's next free moment, not for the
             -- end of the line.
             v_slot := v_sent - v_jitter;
             UPDATE ordo.conversations c SET send_slot_at = v_slot WHERE c.id = p_conv AND c.fence = p_fence;

@@ -21,7 +21,7 @@ BEGIN
         -- (send_slot_at) and handed back by the next call, so waiting for
         -- it never costs the number a second slot.
         SELECT r.verdict, r.wait INTO verdict, wait
-        FROM ordo.reserve_send(p_tenant, p_conv, p_fence, p_phone, interval '0', p_message) r;
+        FROM ordo.reserve_send(p_tenant, p_conv, p_fence, p_phone, interval '0') r;
         IF verdict <> 'go' THEN
             RETURN;
         END IF;
