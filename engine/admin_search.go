@@ -223,6 +223,9 @@ type TimelineDrain struct {
 	DueAt   time.Time `json:"due_at"`
 	Running bool      `json:"running"`
 	Woken   bool      `json:"woken"`
+	// Urgent: a user waits on the conversation (its last message in is the
+	// user's, or answers it): its claims and paced sends go first.
+	Urgent bool `json:"urgent"`
 }
 
 // TimelineMessage is one message with its steps and dead letters.
@@ -274,7 +277,7 @@ type TimelineDeadLetter struct {
 
 const timelineConversation = `
 SELECT c.id, t.slug, c.conversation_id, c.head_seq, c.last_seq, c.fence, c.halted_at, c.paused_wait, c.created_at,
-       r.due_at, coalesce(r.running, false), coalesce(r.woken, false)
+       r.due_at, coalesce(r.running, false), coalesce(r.woken, false), coalesce(r.urgent, false)
 FROM ordo.tenants t
 JOIN ordo.conversations c ON c.tenant_id = t.id AND c.conversation_id = $2
 LEFT JOIN ordo.ready r ON r.conversation_pk = c.id
@@ -322,9 +325,10 @@ func (e *Engine) AdminTimeline(ctx context.Context, slug, conversationID string,
 			dueAt   *time.Time
 			running bool
 			woken   bool
+			urgent  bool
 		)
 		err := tx.QueryRow(ctx, timelineConversation, slug, conversationID).Scan(&pk, &tl.Tenant, &tl.ConversationID,
-			&tl.HeadSeq, &tl.LastSeq, &tl.Fence, &tl.HaltedAt, &tl.PausedWait, &tl.CreatedAt, &dueAt, &running, &woken)
+			&tl.HeadSeq, &tl.LastSeq, &tl.Fence, &tl.HaltedAt, &tl.PausedWait, &tl.CreatedAt, &dueAt, &running, &woken, &urgent)
 		if err == pgx.ErrNoRows {
 			return Errorf(CodeNotFound, "conversation not found")
 		}
@@ -332,7 +336,7 @@ func (e *Engine) AdminTimeline(ctx context.Context, slug, conversationID string,
 			return err
 		}
 		if dueAt != nil {
-			tl.Drain = &TimelineDrain{DueAt: *dueAt, Running: running, Woken: woken}
+			tl.Drain = &TimelineDrain{DueAt: *dueAt, Running: running, Woken: woken, Urgent: urgent}
 		}
 		if afterSeq < 0 {
 			afterSeq = max(0, tl.HeadSeq-TimelineBeforeHead)

@@ -261,3 +261,21 @@ func TestAdminConsoleBulkSkip(t *testing.T) {
 		t.Errorf("%d open dead letters left", got)
 	}
 }
+
+// The conversation page says when a user waits on a conversation (its
+// claims and paced sends go first), and not for a campaign's.
+func TestAdminConsoleTimelineShowsAUserWaiting(t *testing.T) {
+	t.Parallel()
+	e := start(t, options{web: web.Config{AdminPassword: adminPassword}, jobs: jobstest.Options{NoStart: true}})
+	auth := e.operator(t, "bob", engine.RoleViewer)
+	mustStatus(t, "campaign", e.post(t, e.APIKey, "/v1/messages", outbound("camp-1", "c1", "offer")), http.StatusAccepted)
+	mustStatus(t, "user", e.post(t, e.APIKey, "/v1/messages", map[string]any{"message_id": "in-1", "conversation_id": "u1", "direction": "inbound", "payload": map[string]string{"text": "hi"}}), http.StatusAccepted)
+	for conv, want := range map[string]bool{"c1": false, "u1": true} {
+		a := e.call(t, request{method: http.MethodGet, path: "/admin/api/timeline?tenant=acme&conversation_id=" + conv, header: auth})
+		mustStatus(t, "timeline "+conv, a, 200)
+		tl := decode[engine.Timeline](t, a)
+		if tl.Drain == nil || tl.Drain.Urgent != want {
+			t.Errorf("%s: drain %+v; want urgent %v", conv, tl.Drain, want)
+		}
+	}
+}

@@ -412,7 +412,7 @@
     const wrap = el("div", undefined, "stack");
     wrap.id = "conversation";
     wrap.append(h("div", "page-head", el("h1", conv, "mono"), pill(tl.halted_at ? "halted" : "active"), el("span", tenant, "muted")));
-    const drain = tl.drain ? "due " + stamp(tl.drain.due_at) + (tl.drain.running ? " · running" : " · waiting") : "nothing to run";
+    const drain = tl.drain ? "due " + stamp(tl.drain.due_at) + (tl.drain.running ? " · running" : " · waiting") + (tl.drain.urgent ? " · a user waits (goes first)" : "") : "nothing to run";
     wrap.append(card(null, dl([["tenant", link(tenant, "#/tenant/" + enc(tenant))], ["head seq", tl.head_seq], ["last seq", tl.last_seq],
       ["halted", tl.halted_at ? stamp(tl.halted_at) : "no"], ["drain", drain], ["fence", tl.fence],
       ["waiting for resume", tl.paused_wait ? "yes (the tenant's sending is paused)" : "no"]])));
