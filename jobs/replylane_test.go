@@ -73,24 +73,17 @@ func TestAReplyGoesAheadOfTheNumbersCampaign(t *testing.T) {
 				})
 				b.Ingest("user", "out-1", "the answer")
 			}
-			b.WaitFor("the answer", 20*time.Second, func() bool { return len(b.WhatsApp.SendsTo("user")) == 1 })
-			answered := b.WhatsApp.SendsTo("user")[0].At
-			before := 0
-			var at []time.Time
-			for _, s := range b.WhatsApp.Sends() {
-				at = append(at, s.At)
-				if s.To != "user" && s.At.After(asked) && s.At.Before(answered) {
-					before++
-				}
-			}
-			took := answered.Sub(asked)
-			t.Logf("answered %s after the user wrote; %d campaign sends went between", took, before)
+			took, before := answered(t, b, asked, 20*time.Second)
 			if took > time.Second {
 				t.Fatalf("the answer went %s after the user wrote, behind %d of the campaign's sends; want it ahead of the campaign's line (%d sends, %s)",
 					took, before, convs, time.Duration(convs)*time.Second/rate)
 			}
 			// The campaign and the answer together keep the number's rate.
 			b.WaitFor("the campaign", 30*time.Second, func() bool { return len(b.WhatsApp.Sends()) >= convs })
+			var at []time.Time
+			for _, s := range b.WhatsApp.Sends() {
+				at = append(at, s.At)
+			}
 			sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
 			for i, j := 0, 0; i < len(at); i++ {
 				for at[i].Sub(at[j]) >= time.Second {
@@ -150,18 +143,26 @@ func TestAUserIsAnsweredAheadOfTheTenantsUnpacedCampaign(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	b.WaitFor("the answer", 60*time.Second, func() bool { return len(b.WhatsApp.SendsTo("user")) == 1 })
-	answered := b.WhatsApp.SendsTo("user")[0].At
-	before := 0
-	for _, s := range b.WhatsApp.Sends() {
-		if s.To != "user" && s.At.After(asked) && s.At.Before(answered) {
-			before++
-		}
-	}
-	took := answered.Sub(asked)
-	t.Logf("answered %s after the user wrote; %d campaign sends went between", took, before)
+	took, before := answered(t, b, asked, 60*time.Second)
 	if took > time.Second {
 		t.Fatalf("the answer went %s after the user wrote, behind %d of the campaign's %d sends; want it ahead of the campaign",
 			took, before, convs*msgs)
 	}
+}
+
+// answered waits up to timeout for the one send to "user" and says how
+// long after asked it reached the provider, and how many of the
+// campaign's sends went in between.
+func answered(t *testing.T, b *jobstest.Bundle, asked time.Time, timeout time.Duration) (took time.Duration, before int) {
+	t.Helper()
+	b.WaitFor("the answer", timeout, func() bool { return len(b.WhatsApp.SendsTo("user")) == 1 })
+	at := b.WhatsApp.SendsTo("user")[0].At
+	for _, s := range b.WhatsApp.Sends() {
+		if s.To != "user" && s.At.After(asked) && s.At.Before(at) {
+			before++
+		}
+	}
+	took = at.Sub(asked)
+	t.Logf("answered %s after the user wrote; %d campaign sends went between", took, before)
+	return took, before
 }
