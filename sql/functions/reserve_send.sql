@@ -124,22 +124,21 @@ BEGIN
         SELECT p.sent_until INTO v_sent FROM ordo.send_pacing p WHERE p.phone_number_id = p_phone FOR NO KEY UPDATE;
         v_now := clock_timestamp();
         v_go := greatest(v_slot, v_now);
-        IF v_sent - v_jitter > v_go AND v_urgent THEN
-            -- A user waits: for the number's next free moment, not for the
-            -- end of the line.
-            v_slot := v_sent - v_jitter;
-            UPDATE ordo.conversations c SET send_slot_at = v_slot WHERE c.id = p_conv AND c.fence = p_fence;
-            verdict := 'wait';
-            wait := v_slot - v_now;
-            RETURN;
-        ELSIF v_sent - v_jitter > v_go THEN
-            -- Too early for the number: a place of its own at the end of
-            -- the line, so the drains held back by one late send come back
-            -- one by one (told one wait, they came back together and all
-            -- but one asked again: n(n+1)/2 asks for n sends).
-            UPDATE ordo.send_pacing p SET next_slot = greatest(p.next_slot, v_sent - v_jitter) + v_space
-            WHERE p.phone_number_id = p_phone
-            RETURNING p.next_slot - v_space INTO v_slot;
+        IF v_sent - v_jitter > v_go THEN
+            IF v_urgent THEN
+                -- A user waits: for the number's next free moment, not for
+                -- the end of the line.
+                v_slot := v_sent - v_jitter;
+            ELSE
+                -- Too early for the number: a place of its own at the end
+                -- of the line, so the drains held back by one late send
+                -- come back one by one (told one wait, they came back
+                -- together and all but one asked again: n(n+1)/2 asks for
+                -- n sends).
+                UPDATE ordo.send_pacing p SET next_slot = greatest(p.next_slot, v_sent - v_jitter) + v_space
+                WHERE p.phone_number_id = p_phone
+                RETURNING p.next_slot - v_space INTO v_slot;
+            END IF;
             UPDATE ordo.conversations c SET send_slot_at = v_slot WHERE c.id = p_conv AND c.fence = p_fence;
             verdict := 'wait';
             wait := v_slot - v_now;
