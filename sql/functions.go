@@ -232,12 +232,12 @@ func checkFunctions(ctx context.Context, q querier) error {
 	}
 	for _, f := range files {
 		if applied[f.Name] != f.Checksum {
-			return fmt.Errorf("function ordo.%s is not this binary's (run ordo migrate up)", f.Name)
+			return fmt.Errorf("function ordo.%s is not this binary's (run `ordo migrate up`)", f.Name)
 		}
 		delete(applied, f.Name)
 	}
 	for name := range applied {
-		return fmt.Errorf("function ordo.%s has no file in this binary (run ordo migrate up)", name)
+		return fmt.Errorf("function ordo.%s has no file in this binary (run `ordo migrate up`)", name)
 	}
 	return nil
 }

@@ -47,6 +47,16 @@ const MigrationsTable = "ordo_migrations"
 // function step must not run twice at once.
 const migrateLock = 0x6f72646f6d6967
 
+// OldestServed is the oldest build, named by its newest migration, that
+// may run against this build's schema. In a rolling deploy `ordo migrate
+// up` comes first, and the processes of the build before go on (and stay
+// ready) until they are replaced; a build older than this one is not ready
+// on it and does not start. Raise it to the new migration's number when a
+// change breaks what an older build calls or reads: a function's signature
+// (TestCalledFunctionSignaturesAreKept says when), a column it reads, a
+// constraint it does not meet. sql.Up records it in ordo.schema_serves.
+const OldestServed = 52
+
 // LatestVersion is the newest of ordo's own migrations this binary carries.
 func LatestVersion() uint {
 	entries, _ := fs.ReadDir(migrations, "migrations")
@@ -101,6 +111,13 @@ func Up(databaseURL string) error {
 				return fmt.Errorf("create schema %s: %w", Schema, err)
 			}
 		}
+		if v, err := schemaVersion(ctx, conn); err != nil {
+			return err
+		} else if v > LatestVersion() {
+			// An older build's migrate (a job left over from the deploy
+			// before) would put its functions back over the newer ones.
+			return fmt.Errorf("the schema is at version %d, newer than this build's %d: migrate with the newer build", v, LatestVersion())
+		}
 		if err := riverUp(ctx, pool); err != nil {
 			return err
 		}
@@ -109,6 +126,9 @@ func Up(databaseURL string) error {
 		}
 		if err := applyFunctions(ctx, conn); err != nil {
 			return fmt.Errorf("apply functions: %w", err)
+		}
+		if _, err := conn.Exec(ctx, recordServed, OldestServed); err != nil {
+			return fmt.Errorf("record the oldest build served: %w", err)
 		}
 		return nil
 	})
@@ -193,11 +213,38 @@ func Version(databaseURL string) (version uint, dirty bool, err error) {
 	return version, dirty, err
 }
 
-const versionQuery = `SELECT version, dirty FROM public.` + MigrationsTable
+const (
+	versionQuery = `SELECT version, dirty FROM public.` + MigrationsTable
+	hasVersion   = `SELECT to_regclass('public.` + MigrationsTable + `') IS NOT NULL`
+	recordServed = `INSERT INTO ordo.schema_serves (oldest) VALUES ($1) ON CONFLICT (one) DO UPDATE SET oldest = excluded.oldest`
+	servedQuery  = `SELECT oldest FROM ordo.schema_serves`
+)
+
+// schemaVersion is the applied version of ordo's own migrations, 0 before
+// the first.
+func schemaVersion(ctx context.Context, conn *pgx.Conn) (uint, error) {
+	var (
+		has   bool
+		v     int64
+		dirty bool
+	)
+	err := conn.QueryRow(ctx, hasVersion).Scan(&has)
+	if err == nil && has {
+		err = conn.QueryRow(ctx, versionQuery).Scan(&v, &dirty)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return uint(v), nil
+}
 
 // CheckMigrated returns nil when the database is reachable and migrated to
 // what this binary carries — River's line, ordo's line and the functions —
-// (what /readyz reports).
+// or to a newer schema that still serves it (OldestServed: a rolling
+// deploy under way, whose newer functions it calls): what /readyz reports.
 func CheckMigrated(ctx context.Context, pool *pgxpool.Pool) error {
 	var (
 		version int64
@@ -206,8 +253,21 @@ func CheckMigrated(ctx context.Context, pool *pgxpool.Pool) error {
 	if err := pool.QueryRow(ctx, versionQuery).Scan(&version, &dirty); err != nil {
 		return fmt.Errorf("read schema version: %w", err)
 	}
-	if dirty || uint(version) != LatestVersion() {
-		return fmt.Errorf("schema at version %d (dirty=%t), want %d", version, dirty, LatestVersion())
+	latest := LatestVersion()
+	newer := uint(version) > latest
+	switch {
+	case dirty:
+		return fmt.Errorf("schema at version %d is dirty: a migration failed half way (see `ordo migrate version`)", version)
+	case uint(version) < latest:
+		return fmt.Errorf("schema at version %d, this build needs %d (run `ordo migrate up`)", version, latest)
+	case newer:
+		var oldest int64
+		if err := pool.QueryRow(ctx, servedQuery).Scan(&oldest); err != nil {
+			return fmt.Errorf("schema at version %d, newer than this build's %d; read the oldest build it serves: %w", version, latest, err)
+		}
+		if uint(oldest) > latest {
+			return fmt.Errorf("schema at version %d serves builds from %d on, not this one (%d): replace this process with the newer build", version, oldest, latest)
+		}
 	}
 	m, err := riverMigrator(pool)
 	if err != nil {
@@ -219,6 +279,9 @@ func CheckMigrated(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	if !res.OK {
 		return fmt.Errorf("river's schema: %s", strings.Join(res.Messages, "; "))
+	}
+	if newer {
+		return nil // the newer build's functions, which keep what this one calls
 	}
 	return checkFunctions(ctx, pool)
 }

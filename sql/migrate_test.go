@@ -2,6 +2,8 @@ package sql_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -175,5 +177,56 @@ func TestCheckMigrated(t *testing.T) {
 	}
 	if err := ordosql.CheckMigrated(t.Context(), pool); err == nil {
 		t.Error("CheckMigrated after Down = nil, want an error")
+	}
+}
+
+// TestCheckMigratedServesTheBuildBefore: what /readyz and a start see of
+// the schema, by how it stands to this build. A newer schema that serves
+// this build (a rolling deploy under way: the next build migrated, its
+// functions in place) is ready; one that no longer serves it, an older
+// one, or a dirty one is not, and the error says what to do.
+func TestCheckMigratedServesTheBuildBefore(t *testing.T) {
+	t.Parallel()
+	next := ordosql.LatestVersion() + 1
+	for _, tc := range []struct {
+		name  string
+		setup []string
+		want  string // "" ready
+	}{
+		{"this build's", nil, ""},
+		{"the next build's, serving this one", []string{
+			fmt.Sprintf(`UPDATE public.ordo_migrations SET version = %d`, next),
+			`CREATE OR REPLACE FUNCTION ordo.check_fence(conv bigint, token bigint) RETURNS void LANGUAGE plpgsql AS $$ BEGIN END; $$`,
+			`UPDATE ordo.function_checksums SET sha256 = 'next' WHERE name = 'check_fence'`,
+			fmt.Sprintf(`UPDATE ordo.schema_serves SET oldest = %d`, ordosql.LatestVersion()),
+		}, ""},
+		{"a later build's, no longer serving this one", []string{
+			fmt.Sprintf(`UPDATE public.ordo_migrations SET version = %d`, next),
+			fmt.Sprintf(`UPDATE ordo.schema_serves SET oldest = %d`, next),
+		}, "replace this process with the newer build"},
+		{"older", []string{
+			fmt.Sprintf(`UPDATE public.ordo_migrations SET version = %d`, ordosql.LatestVersion()-1),
+		}, "run `ordo migrate up`"},
+		{"dirty", []string{`UPDATE public.ordo_migrations SET dirty = true`}, "a migration failed half way"},
+		{"this build's, a function not its own", []string{
+			`UPDATE ordo.function_checksums SET sha256 = 'other' WHERE name = 'check_fence'`,
+		}, "function ordo.check_fence is not this binary's"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool := openPool(t, sqltest.URL(t))
+			for _, q := range tc.setup {
+				if _, err := pool.Exec(t.Context(), q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			err := ordosql.CheckMigrated(t.Context(), pool)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("CheckMigrated: %v; want ready", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("CheckMigrated: %v; want an error saying %q", err, tc.want)
+			}
+		})
 	}
 }

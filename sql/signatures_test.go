@@ -79,7 +79,7 @@ ORDER BY 1`, names)
 		t.Fatalf("the signatures of SQL functions that ordo's Go code calls changed: a process of the previous version calling one fails until restarted.\n"+
 			"gone:\n  %s\nnew:\n  %s\n"+
 			"Keep the old signature, or make sure old calls still resolve and read the same result (a new last argument with a DEFAULT does; "+
-			"a new result column does not), or, if the break is meant, say so in the upgrade notes. Then make sql/%s read:\n%s", strings.Join(gone, "\n  "), strings.Join(added, "\n  "), signaturesFile, strings.Join(got, "\n"))
+			"a new result column does not), or, if the break is meant, raise sql.OldestServed to the new migration's number (the build before then stops at the migration instead of failing on the call) and say so in the upgrade notes. Then make sql/%s read:\n%s", strings.Join(gone, "\n  "), strings.Join(added, "\n  "), signaturesFile, strings.Join(got, "\n"))
 	}
 }
 

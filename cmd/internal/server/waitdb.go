@@ -54,7 +54,7 @@ func look(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("connect to the database: %w", err)
 	}
 	if err := ordosql.CheckMigrated(ctx, pool); err != nil {
-		return fmt.Errorf("%w (run `ordo migrate up`)", err)
+		return err // it says what to do
 	}
 	return nil
 }

@@ -1,0 +1,1 @@
+DROP TABLE ordo.schema_serves;
