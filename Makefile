@@ -14,6 +14,8 @@
 #   make chaos-ha  the crash run on a Patroni cluster with failovers
 #                (make chaos ARGS="--ha …"; installs patroni and etcd-server
 #                with apt-get when missing)
+#   make chaos-upgrade  the crash run starting on the build before
+#                (PREVIOUS=<git revision>), upgraded to this one under load
 #   make n8n-e2e the n8n templates on a real n8n (installed once into a
 #                cache outside the repo) against a fresh ordo dev
 #   make fuzz    every Fuzz target for FUZZTIME each
@@ -55,7 +57,7 @@ STATICCHECK := $(TOOLS)/staticcheck@$(STATICCHECK_VERSION)/staticcheck
 GOVULNCHECK := $(TOOLS)/govulncheck@$(GOVULNCHECK_VERSION)/govulncheck
 VULNDB      := $(TOOLS)/vulndb@$(VULNDB_VERSION)
 
-.PHONY: dev test bench chaos chaos-ha soak n8n-e2e fuzz lint build
+.PHONY: dev test bench chaos chaos-ha chaos-upgrade soak n8n-e2e fuzz lint build
 
 # make dev builds bin/ordo first: the commands its banner and the README
 # print (bin/ordo tenant create …) then run as printed, in any shell, with
@@ -95,6 +97,18 @@ n8n-e2e: build
 # is the API's, judged by make chaos; here it would judge the failovers'.
 chaos-ha: build
 	$(GO) run ./cmd/ordo-chaos --ordo bin/ordo --ha --hostile 0 $(ARGS)
+
+# The crash run as an upgrade: it starts on the build before, PREVIOUS (a
+# git revision; by default the parent of the commit that added the newest
+# migration), built from git into bin/ordo-previous, and upgrades to
+# bin/ordo once under load, migrate first (make chaos-upgrade PREVIOUS=abc123).
+PREVIOUS ?= $(shell git log -1 --format=%H --diff-filter=A -- sql/migrations)^
+chaos-upgrade: build
+	@rm -rf bin/previous-src && mkdir -p bin/previous-src
+	git archive $(PREVIOUS) | tar -x -C bin/previous-src
+	cd bin/previous-src && $(GO) build -o $(CURDIR)/bin/ordo-previous ./cmd/ordo
+	@rm -rf bin/previous-src
+	$(GO) run ./cmd/ordo-chaos --ordo bin/ordo --previous bin/ordo-previous $(ARGS)
 
 # Fuzz targets are found by name in the *_test.go files, as dir:Name; each
 # runs for FUZZTIME, all against one throwaway Postgres (a target may use

@@ -39,6 +39,7 @@ func main() {
 		fs   = cli.NewFlagSet(env, "ordo-chaos")
 	)
 	fs.StringVar(&ordo, "ordo", "bin/ordo", "the product binary the run starts (make chaos builds it)")
+	previous := fs.String("previous", "", "the binary of the build before --ordo's: the run starts on it and upgrades to --ordo once under load, migrate first (make chaos-upgrade builds it)")
 	fs.DurationVar(&c.Duration, "duration", 3*time.Minute, "how long load is offered and faults injected")
 	fs.Uint64Var(&c.Seed, "seed", 0, "seed of every random choice (0: from the clock)")
 	fs.IntVar(&c.Workers, "workers", 3, "worker processes")
@@ -89,6 +90,17 @@ func main() {
 	}
 	defer release()
 	c.Exec, c.Out = []string{bin}, env.Stdout
+	if *previous != "" {
+		prev, err := filepath.Abs(*previous)
+		if err == nil {
+			_, err = os.Stat(prev)
+		}
+		if err != nil {
+			fmt.Fprintf(env.Stderr, "ordo-chaos: --previous: %v (make chaos-upgrade builds it)\n", err)
+			os.Exit(2)
+		}
+		c.Previous = []string{prev}
+	}
 	rep, err := chaos.Run(ctx, c)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "ordo-chaos: %v\n", err)

@@ -89,6 +89,10 @@ type Config struct {
 	// the run drives ordo as an operator would, through its binary.
 	Exec    []string
 	ExecEnv []string
+	// Previous, if set, is the command of the build before Exec's: the run
+	// starts on it (its migrate, its processes) and upgrades to Exec once
+	// under load (fault_upgrade.go). Default none.
+	Previous []string
 	// Out receives the fault log and the report. Default stdout.
 	Out io.Writer
 
@@ -257,20 +261,28 @@ func (c Config) stallFor() time.Duration {
 
 // run is the state of one run, shared by its parts.
 type run struct {
-	cfg      Config
-	start    time.Time
-	log      *faultLog
-	cluster  *pgcluster.Cluster
-	ha       *hacluster.Cluster // with --ha, instead of cluster
-	dbURL    string
-	env      []string // the ordo processes' environment
-	apiURL   string
-	api      *proc.Proc
-	workers  []*proc.Proc
-	provider *chaosProvider
-	handler  *chaosHandler
-	tenants  []chaosTenant
-	latency  latencyLog // the real clients' waits, for the hostile flood
+	cfg     Config
+	start   time.Time
+	log     *faultLog
+	cluster *pgcluster.Cluster
+	ha      *hacluster.Cluster // with --ha, instead of cluster
+	dbURL   string
+	env     []string // the ordo processes' environment
+	// build is the command ordo's processes and operator commands run:
+	// cfg.Previous until the upgrade, then cfg.Exec (fault_upgrade.go).
+	buildMu sync.Mutex
+	build   []string
+	// upgraded: the upgrade replaced every process (fault_upgrade.go);
+	// upgradeFailed: its migrate failed so.
+	upgraded      bool
+	upgradeFailed string
+	apiURL        string
+	api           *proc.Proc
+	workers       []*proc.Proc
+	provider      *chaosProvider
+	handler       *chaosHandler
+	tenants       []chaosTenant
+	latency       latencyLog // the real clients' waits, for the hostile flood
 
 	windowMu       sync.Mutex
 	windows        []faultWindow         // fault_rolling_deploy.go
@@ -323,6 +335,10 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return nil, err
 	}
 	r := &run{cfg: cfg, start: time.Now(), log: &faultLog{w: cfg.Out, start: time.Now()}}
+	r.build = cfg.Exec
+	if len(cfg.Previous) > 0 {
+		r.build = cfg.Previous
+	}
 	defer func() {
 		r.stopAll()
 		if r.cluster != nil {
@@ -638,7 +654,7 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		waited:      waited,
 		quiesce:     cfg.Quiesce,
 		logProblems: r.logProblems(),
-		deploys:     r.faultWindows(faultRollingDeploy),
+		deploys:     append(r.faultWindows(faultRollingDeploy), r.faultWindows(faultUpgrade)...),
 		resolves:    r.faultWindows(faultOperatorResolve),
 		replays:     r.replaysPer(),
 		hostile:     r.hostileRecords(),
@@ -655,6 +671,8 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		partitions:     r.partitionRecords(),
 		workerSends:    r.workerSends(),
 		lease:          cfg.Lease,
+		upgraded:       r.upgraded,
+		upgradeFailed:  r.upgradeFailed,
 	}
 	for _, t := range r.tenants {
 		in.policies = append(in.policies, t.ambiguous)

@@ -64,6 +64,8 @@ type chaosInput struct {
 	partitions     []partitionRecord      // each worker partition as it happened
 	workerSends    map[string][]time.Time // per worker: when it sent to the Cloud API, as its proxy saw it
 	lease          time.Duration          // the workers' lease
+	upgraded       bool                   // fault_upgrade.go: every process replaced by the new build
+	upgradeFailed  string                 // fault_upgrade.go: the new build's migrate up failed so
 }
 
 // chaosCheck is one verdict.
@@ -401,6 +403,7 @@ func chaosJudge(in chaosInput) *Report {
 		}
 	}
 	judgePartitions(rep, in)
+	judgeUpgrade(rep, in)
 	rep.add("every kind of fault injected", len(missing) == 0, chaosFaultSummary(rep.faults), missing...)
 	if in.ha {
 		judgeFailovers(rep, in)
@@ -417,7 +420,7 @@ func chaosJudge(in chaosInput) *Report {
 func chaosFaultSummary(f map[string]int) string {
 	kinds := []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall,
 		faultProvider500, faultProviderTimeout, faultProviderDelivered, faultProviderPairRate, faultProviderPermanent}
-	for _, k := range []string{faultRollingDeploy, faultOperatorResolve, faultHostileFlood, faultPGAway, faultHandlerOutage, faultHAPrimaryKill, faultHASwitchover, faultHAStandbyRestart,
+	for _, k := range []string{faultRollingDeploy, faultUpgrade, faultOperatorResolve, faultHostileFlood, faultPGAway, faultHandlerOutage, faultHAPrimaryKill, faultHASwitchover, faultHAStandbyRestart,
 		faultWorkerDBCut, faultWorkerAPICut, faultPGSlow, faultCloudAPIOutage} {
 		if f[k] > 0 { // optional kinds: named only when the run had them
 			kinds = append(kinds, k)

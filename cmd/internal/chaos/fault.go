@@ -93,6 +93,7 @@ var faultKinds = []faultKind{
 	workerAPICutKind,
 	pgSlowKind,
 	cloudAPIOutageKind,
+	upgradeKind,
 }
 
 // planner draws the plan from the seed: the periodic faults first, then the
@@ -165,7 +166,7 @@ func (p *faultPlan) kinds() map[string]int {
 }
 
 // planShown is the order in which the plan line names the kinds.
-var planShown = []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall, faultRollingDeploy, faultOperatorResolve, faultHostileFlood,
+var planShown = []string{faultWorkerKill, faultAPIKill, faultPGRestart, faultWorkerStall, faultRollingDeploy, faultUpgrade, faultOperatorResolve, faultHostileFlood,
 	faultPGAway, faultHandlerOutage, faultHAPrimaryKill, faultHASwitchover, faultHAStandbyRestart, faultWorkerDBCut, faultWorkerAPICut, faultPGSlow, faultCloudAPIOutage}
 
 func (p *faultPlan) print(l *faultLog) {

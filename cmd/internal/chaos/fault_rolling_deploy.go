@@ -58,9 +58,18 @@ func (f *rollingDeploy) exclusive() {}
 // again, recording each shutdown's window for the checker.
 func (f *rollingDeploy) Inject(ctx context.Context, r *run) bool {
 	r.log.fault(faultRollingDeploy, "SIGTERM, wait for the exit, restart: api, then %d workers one at a time", len(r.workers))
+	r.roll(ctx, faultRollingDeploy, nil)
+	return true
+}
+
+// roll SIGTERMs each process in turn, waits for it to exit and starts it
+// again — with next's command when next is set (an upgrade) — recording
+// each worker's shutdown window under kind for the checker; false when
+// the run ended first.
+func (r *run) roll(ctx context.Context, kind string, next []string) bool {
 	for _, p := range append([]*proc.Proc{r.api}, r.workers...) {
 		if ctx.Err() != nil {
-			return true
+			return false
 		}
 		from := time.Now()
 		if p != r.api {
@@ -69,6 +78,11 @@ func (f *rollingDeploy) Inject(ctx context.Context, r *run) bool {
 			// well within the send timeout), as the stall does.
 			r.provider.slowDown(from.Add(deployHold+time.Second), deployHold)
 			time.Sleep(deployHold / 2)
+		}
+		if next != nil {
+			// Before the signal: a process down meanwhile (restarting after
+			// a crash) comes back on the new build too.
+			p.SetCommand(len(r.cfg.Previous), next)
 		}
 		term := time.Now()
 		pid, exitErr, ok := p.Term(deployGrace)
@@ -82,7 +96,7 @@ func (f *rollingDeploy) Inject(ctx context.Context, r *run) bool {
 			// requests, seconds on a loaded machine) is no send's window,
 			// and a send that timed out meanwhile would pass for its
 			// duplicate.
-			r.recordWindow(faultWindow{kind: faultRollingDeploy, what: p.Name() + " was shutting down", from: from, term: term, exit: exited})
+			r.recordWindow(faultWindow{kind: kind, what: p.Name() + " was shutting down", from: from, term: term, exit: exited})
 		}
 		how := "exited cleanly"
 		if exitErr != nil {

@@ -38,12 +38,19 @@ func (r *run) newProc(dir, name string, args ...string) *proc.Proc {
 	}
 	return proc.New(proc.Config{
 		Name:         name,
-		Argv:         append(append([]string(nil), r.cfg.Exec...), args...),
+		Argv:         append(r.command(), args...),
 		Env:          env,
 		LogPath:      filepath.Join(dir, name+".log"),
 		RestartAfter: time.Second,
 		Logf:         r.log.printf,
 	})
+}
+
+// command is the build's command the run is on (a copy).
+func (r *run) command() []string {
+	r.buildMu.Lock()
+	defer r.buildMu.Unlock()
+	return append([]string(nil), r.build...)
 }
 
 // stopAll terminates every ordo process; safe to call twice.
@@ -65,9 +72,19 @@ func (r *run) stopAll() {
 	}
 }
 
-// ordo runs an ordo operator command to completion and returns its stdout.
+// ordo runs an ordo operator command of the build the run is on to
+// completion and returns its stdout.
 func (r *run) ordo(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
-	argv := append(append([]string(nil), r.cfg.Exec...), args...)
+	return r.ordoRun(ctx, r.command(), stdin, args...)
+}
+
+// ordoWith runs an operator command of the build command.
+func (r *run) ordoWith(ctx context.Context, command []string, args ...string) ([]byte, error) {
+	return r.ordoRun(ctx, command, nil, args...)
+}
+
+func (r *run) ordoRun(ctx context.Context, command []string, stdin []byte, args ...string) ([]byte, error) {
+	argv := append(append([]string(nil), command...), args...)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = r.env
 	if stdin != nil {

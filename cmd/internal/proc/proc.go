@@ -72,6 +72,14 @@ func (p *Proc) Name() string { return p.cfg.Name }
 // LogPath is Config.LogPath.
 func (p *Proc) LogPath() string { return p.cfg.LogPath }
 
+// SetCommand replaces the first n words of the process's Argv (its
+// command) by command, for its next Start: an upgrade to another build.
+func (p *Proc) SetCommand(n int, command []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cfg.Argv = append(append([]string(nil), command...), p.cfg.Argv[n:]...)
+}
+
 // Start starts the process if it is down (and not shut down for good).
 func (p *Proc) Start() error {
 	p.mu.Lock()
