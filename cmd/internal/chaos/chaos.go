@@ -276,6 +276,7 @@ type run struct {
 	// upgradeFailed: its migrate failed so.
 	upgraded      bool
 	upgradeFailed string
+	upgradeSkew   [2]time.Time // when the build before ran on the new schema
 	apiURL        string
 	api           *proc.Proc
 	workers       []*proc.Proc
@@ -673,6 +674,7 @@ func (r *run) exercise(ctx context.Context) (*Report, error) {
 		lease:          cfg.Lease,
 		upgraded:       r.upgraded,
 		upgradeFailed:  r.upgradeFailed,
+		upgradeSkew:    r.upgradeSkew,
 	}
 	for _, t := range r.tenants {
 		in.policies = append(in.policies, t.ambiguous)

@@ -66,6 +66,7 @@ type chaosInput struct {
 	lease          time.Duration          // the workers' lease
 	upgraded       bool                   // fault_upgrade.go: every process replaced by the new build
 	upgradeFailed  string                 // fault_upgrade.go: the new build's migrate up failed so
+	upgradeSkew    [2]time.Time           // fault_upgrade.go: the build before ran on the new schema then
 }
 
 // chaosCheck is one verdict.

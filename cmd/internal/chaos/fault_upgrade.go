@@ -61,11 +61,13 @@ func (f *upgrade) Inject(ctx context.Context, r *run) bool {
 		return true
 	}
 	r.log.printf("upgrade: migrated; the build before runs on the new schema for %s", upgradeSkew)
+	from := time.Now()
 	select {
 	case <-ctx.Done():
 		return true
 	case <-time.After(upgradeSkew):
 	}
+	r.upgradeSkew = [2]time.Time{from, time.Now()}
 	r.log.printf("upgrade: SIGTERM, wait, start on the new build: api, then %d workers", len(r.workers))
 	r.buildMu.Lock()
 	r.build = r.cfg.Exec
@@ -84,13 +86,22 @@ func judgeUpgrade(rep *Report, in chaosInput) {
 	if in.planned[faultUpgrade] == 0 {
 		return
 	}
-	detail := "migrated with the new build under load, the build before ran on its schema, every process replaced"
+	// What the build before sent on the new schema: its drains ran there.
+	skew := 0
+	for _, s := range in.sends {
+		if !s.At.Before(in.upgradeSkew[0]) && s.At.Before(in.upgradeSkew[1]) {
+			skew++
+		}
+	}
+	detail := fmt.Sprintf("migrated with the new build under load; the build before sent %d messages on its schema; every process replaced", skew)
 	var problems []string
 	switch {
 	case in.upgradeFailed != "":
 		problems = append(problems, "migrate up with the new build: "+in.upgradeFailed)
 	case !in.upgraded:
 		problems = append(problems, "the upgrade did not finish")
+	case skew == 0:
+		problems = append(problems, "the build before sent nothing on the new schema")
 	}
 	rep.add(fmt.Sprintf("upgraded from the build before under load (%s of skew)", upgradeSkew), len(problems) == 0, detail, problems...)
 }

@@ -1,0 +1,63 @@
+package chaos
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestUpgradePlannedAndJudged: an upgrade is planned once, within the
+// first third of the load, only when the run has the build before; the
+// check fails when its migrate failed, when it did not finish, and when
+// the build before sent nothing on the new schema (it did not run there).
+func TestUpgradePlannedAndJudged(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Duration: 3 * time.Minute, Seed: 7}.withDefaults()
+	if n := newFaultPlan(cfg).kinds()[faultUpgrade]; n != 0 {
+		t.Fatalf("%d upgrades planned without the build before, want none", n)
+	}
+	cfg.Previous = []string{"ordo-previous"}
+	var at time.Duration
+	for _, f := range newFaultPlan(cfg).faults {
+		if f.Kind() == faultUpgrade {
+			if at != 0 {
+				t.Fatal("two upgrades planned")
+			}
+			at = f.slot().at
+		}
+	}
+	if at == 0 || at > cfg.Duration/3 {
+		t.Fatalf("upgrade planned at %s; want one within the first third of %s", at, cfg.Duration)
+	}
+
+	t0 := time.Now()
+	skew := [2]time.Time{t0, t0.Add(upgradeSkew)}
+	during := []chaosSend{{At: t0.Add(time.Second)}}
+	after := []chaosSend{{At: t0.Add(upgradeSkew + time.Second)}}
+	for _, tc := range []struct {
+		name string
+		in   chaosInput
+		fail string // "" passes
+	}{
+		{"upgraded, the build before sending meanwhile", chaosInput{upgraded: true, upgradeSkew: skew, sends: during}, ""},
+		{"migrate failed", chaosInput{upgradeFailed: "exit status 1", upgradeSkew: skew, sends: during}, "migrate up with the new build"},
+		{"not finished", chaosInput{upgradeSkew: skew, sends: during}, "did not finish"},
+		{"nothing sent on the new schema", chaosInput{upgraded: true, upgradeSkew: skew, sends: after}, "sent nothing"},
+	} {
+		tc.in.planned = map[string]int{faultUpgrade: 1}
+		rep := &Report{}
+		judgeUpgrade(rep, tc.in)
+		if len(rep.checks) != 1 {
+			t.Fatalf("%s: %d checks, want 1", tc.name, len(rep.checks))
+		}
+		c := rep.checks[0]
+		if c.ok != (tc.fail == "") || tc.fail != "" && !strings.Contains(strings.Join(c.details, " "), tc.fail) {
+			t.Errorf("%s: ok %t, details %q; want failing with %q", tc.name, c.ok, c.details, tc.fail)
+		}
+	}
+	rep := &Report{}
+	judgeUpgrade(rep, chaosInput{})
+	if len(rep.checks) != 0 {
+		t.Errorf("a run without an upgrade got the upgrade's check")
+	}
+}
