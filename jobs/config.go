@@ -16,6 +16,7 @@
 package jobs
 
 import (
+	"log/slog"
 	"cmp"
 	"errors"
 	"fmt"
@@ -180,6 +181,23 @@ type Config struct {
 	// and logs nothing but its going and its return. Shared with the web
 	// layer by cmd. Default: a watch of the runner's own.
 	Database *outage.Watch
+	// Schema is whether the database's schema still matches this build as
+	// far as this process has seen (NewSchemaWatch): after a newer build's
+	// migration that no longer serves this one, every claim fails on a
+	// column or function that is gone, and the runners back off and log
+	// its going once, instead of a warning per claim, until the process is
+	// replaced. Shared with the web layer by cmd. Default: a watch of the
+	// runner's own.
+	Schema *outage.Watch
+}
+
+// NewSchemaWatch is the watch of whether the database's schema matches
+// this build (Config.Schema): reported to with ordosql.SchemaChanged.
+func NewSchemaWatch(logger *slog.Logger) *outage.Watch {
+	return outage.NewWatch("the database's schema", outage.Config{
+		Gone: "no longer matches this build (a newer build migrated it?): claims and requests wait until this process is replaced",
+		Back: "matches this build again",
+	}, logger)
 }
 
 // PruneIntervalDefault and PruneBatchDefault are Config's pruning defaults.

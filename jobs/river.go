@@ -123,6 +123,9 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 	if cfg.Database == nil {
 		cfg.Database = outage.NewWatch("postgres", outage.Config{}, logger)
 	}
+	if cfg.Schema == nil {
+		cfg.Schema = NewSchemaWatch(logger)
+	}
 	// Runners: one per worker, and as many again as the room may be
 	// overdrawn for urgent tenants (takeRoom): with every worker's runner
 	// in a campaign's drains, someone must be there to claim for them.

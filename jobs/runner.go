@@ -89,10 +89,16 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 			held = nil
 			drop(false)
 			if ctx.Err() == nil {
-				if !r.cfg.Database.Report(err, ordosql.Unavailable) {
+				// Postgres away, or a schema that no longer matches this
+				// build (a newer build migrated it): a state, logged once
+				// by its watch, waited out with its backoff. Only a
+				// readiness check that finds the schema this build's again
+				// brings the schema back (claims of other kinds may work
+				// meanwhile).
+				if !r.cfg.Database.Report(err, ordosql.Unavailable) && !r.cfg.Schema.Report(err, ordosql.SchemaChanged) {
 					r.logger.WarnContext(ctx, "claim a conversation", slog.Int64("tenant_id", t.Tenant), slog.String("error", err.Error()))
 				}
-				r.sched.pause(ctx, r.cfg.FetchPollInterval)
+				r.sched.pause(ctx, max(r.cfg.FetchPollInterval, r.cfg.Schema.Wait()))
 			}
 			continue
 		}

@@ -57,6 +57,10 @@ const migrateLock = 0x6f72646f6d6967
 // constraint it does not meet. sql.Up records it in ordo.schema_serves.
 const OldestServed = 52
 
+// ErrNotServed is CheckMigrated's answer on a newer schema that no longer
+// serves this build (OldestServed).
+var ErrNotServed = errors.New("the schema no longer serves this build")
+
 // LatestVersion is the newest of ordo's own migrations this binary carries.
 func LatestVersion() uint {
 	entries, _ := fs.ReadDir(migrations, "migrations")
@@ -266,7 +270,7 @@ func CheckMigrated(ctx context.Context, pool *pgxpool.Pool) error {
 			return fmt.Errorf("schema at version %d, newer than this build's %d; read the oldest build it serves: %w", version, latest, err)
 		}
 		if uint(oldest) > latest {
-			return fmt.Errorf("schema at version %d serves builds from %d on, not this one (%d): replace this process with the newer build", version, oldest, latest)
+			return fmt.Errorf("%w: at version %d it serves builds from %d on, this one is %d; replace this process with the newer build", ErrNotServed, version, oldest, latest)
 		}
 	}
 	m, err := riverMigrator(pool)

@@ -45,3 +45,25 @@ func Unavailable(err error) bool {
 	// pgconn reports a connection that went while in use by its status.
 	return strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "unexpected EOF")
 }
+
+// SchemaChanged reports whether err means the database's schema is not the
+// one this build's statements were written for: a column, table or
+// function they name is gone, or a type changed — a migration of a newer
+// build that no longer serves this one (OldestServed), or a break nobody
+// declared — or CheckMigrated's ErrNotServed. Not a failure of what the
+// statement did: the process waits to be replaced (a deploy under way),
+// quietly.
+func SchemaChanged(err error) bool {
+	if errors.Is(err, ErrNotServed) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case pgerrcode.UndefinedColumn, pgerrcode.UndefinedTable, pgerrcode.UndefinedFunction, pgerrcode.DatatypeMismatch:
+		return true
+	}
+	return false
+}

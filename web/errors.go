@@ -38,6 +38,10 @@ var statuses = map[engine.Code]int{
 	codeForbidden:            http.StatusForbidden,
 }
 
+// schemaChanged is the answer to a request that failed on a schema this
+// build was not written for (ordosql.SchemaChanged).
+const schemaChanged = "the service is being upgraded; retry shortly"
+
 // asEngineError brings the tenants package's errors into the one error type.
 func asEngineError(err error) *engine.Error {
 	var e *engine.Error
@@ -48,6 +52,8 @@ func asEngineError(err error) *engine.Error {
 	switch {
 	case ordosql.Unavailable(err):
 		return &engine.Error{Code: engine.CodeUnavailable, Message: engine.DatabaseUnavailable, Err: err}
+	case ordosql.SchemaChanged(err):
+		return &engine.Error{Code: engine.CodeUnavailable, Message: schemaChanged, Err: err}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return &engine.Error{Code: engine.CodeUnavailable, Message: "request cancelled or timed out", Err: err}
 	case errors.As(err, &inv):
@@ -69,7 +75,17 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if e.Code == engine.CodeInternal && ordosql.Unavailable(e.Err) {
 		e = &engine.Error{Code: engine.CodeUnavailable, Message: engine.DatabaseUnavailable, Err: err}
 	}
-	if e.Message == engine.DatabaseUnavailable {
+	if e.Code == engine.CodeInternal && ordosql.SchemaChanged(e.Err) {
+		e = &engine.Error{Code: engine.CodeUnavailable, Message: schemaChanged, Err: err}
+	}
+	quiet := e.Message == engine.DatabaseUnavailable // an outage is logged once, by its watch
+	if e.Message == schemaChanged {
+		// A deploy under way: the newer build's processes answer soon.
+		// Logged once, by the schema's watch (a nil watch: each time).
+		quiet = s.cfg.Schema != nil
+		s.cfg.Schema.Report(e.Err, ordosql.SchemaChanged)
+	}
+	if quiet || e.Message == schemaChanged {
 		// A client that retries comes back after the workers' own backoff
 		// (outage.BackoffMaxDefault), not in a tight loop.
 		w.Header().Set("Retry-After", "5")
@@ -79,7 +95,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		status = http.StatusInternalServerError
 	}
 	msg := e.Message
-	if status >= 500 && e.Message != engine.DatabaseUnavailable { // an outage is logged once, by its watch
+	if status >= 500 && !quiet {
 		s.logger.ErrorContext(r.Context(), "request failed", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
 		if e.Code == engine.CodeInternal {
 			msg = "internal error"

@@ -48,7 +48,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), ReadyTimeout)
 	defer cancel()
 	err := s.engine.Ready(ctx)
-	if !s.cfg.Database.Report(err, ordosql.Unavailable) && err != nil {
+	if !s.cfg.Database.Report(err, ordosql.Unavailable) && !s.cfg.Schema.Report(err, ordosql.SchemaChanged) && err != nil {
 		s.logger.WarnContext(ctx, "not ready", slog.String("error", err.Error()))
 	}
 	if err != nil {

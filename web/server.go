@@ -58,6 +58,12 @@ type Config struct {
 	// the workers (outage.Watch): /readyz reports to it and logs only what
 	// is not an outage. Default nil: every failed probe is logged.
 	Database *outage.Watch
+	// Schema is whether the database's schema matches this build, shared
+	// with the workers (jobs.NewSchemaWatch): a request that fails on a
+	// column or function a newer build's migration took away is answered
+	// 503 with Retry-After and logged once, by the watch. Default nil:
+	// each is logged.
+	Schema *outage.Watch
 	// MaxBodyBytes limits a REST request body, read only once the API key is
 	// known. Default MaxBodyBytesDefault (1 MiB).
 	MaxBodyBytes int64

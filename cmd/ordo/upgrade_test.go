@@ -118,3 +118,91 @@ func TestARollingDeployKeepsTheBuildBeforeServing(t *testing.T) {
 		t.Fatalf("serve on a schema that no longer serves this build: exit %d, %q; want 1 and what to do", code, out.String())
 	}
 }
+
+// A newer build's migration that breaks this one (here: a column of the
+// tenant row this build reads, renamed) while this build's process runs:
+// it answers 503 with Retry-After instead of 500, its runners back off,
+// and it says so once — not a line per request and per claim (a run of
+// `make chaos-upgrade` across migration 000051 logged 260 warnings a
+// second and answered every request 500 for as long). When the schema is
+// this build's again, it says so once and goes on.
+func TestASchemaThatNoLongerMatchesIsWaitedOutQuietly(t *testing.T) {
+	t.Parallel()
+	proxy, env, apiKey, wa := awayDatabase(t)
+	proxy.Restore()
+	dbURL := strings.TrimPrefix(env[0], "DATABASE_URL=")
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	addr := freePort(t)
+	p := startOrdo(t, "serve", addr, env)
+	base := "http://" + addr
+	waitGet(t, p, base+"/readyz", time.Minute)
+	post := func(id string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/messages",
+			strings.NewReader(`{"message_id":"`+id+`","conversation_id":"16505551234","type":"text","text":{"body":"hello"}}`))
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	exec := func(qs ...string) {
+		t.Helper()
+		for _, q := range qs {
+			if _, err := pool.Exec(t.Context(), q); err != nil {
+				t.Fatalf("%.60s: %v", q, err)
+			}
+		}
+	}
+
+	// The next build's migration, declaring the break.
+	exec(`ALTER TABLE ordo.tenants RENAME COLUMN ambiguous TO ambiguous_policy`,
+		`UPDATE public.`+ordosql.MigrationsTable+` SET version = `+strconv.Itoa(int(ordosql.LatestVersion()+1)),
+		`UPDATE ordo.schema_serves SET oldest = `+strconv.Itoa(int(ordosql.LatestVersion()+1)))
+	// Work for the runners, enqueued as another application would.
+	exec(`SELECT ordo.enqueue_message('acme', '16505550000', 'sql-1', 'outbound', '{"type":"text","text":{"body":"from sql"}}')`)
+	for i := range 20 {
+		if resp := post("m-" + strconv.Itoa(i)); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("POST on a schema that no longer matches: %s (Retry-After %q); want 503 with Retry-After", resp.Status, resp.Header.Get("Retry-After"))
+		}
+	}
+	if s := status(base + "/readyz"); s != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz: %d, want 503", s)
+	}
+	time.Sleep(3 * time.Second) // the runners claim, fail and back off meanwhile
+	if got := logLines(t, p, "no longer matches this build"); len(got) != 1 {
+		t.Fatalf("%d lines saying the schema no longer matches, want 1%s", len(got), p.LogTail())
+	}
+	if n := len(wa.Sends()); n != 0 {
+		t.Fatalf("%d sends while the claims could not read the tenant; want none (the claims did not fail?)", n)
+	}
+	for _, noisy := range []string{"request failed", "claim a conversation", "not ready"} {
+		if got := logLines(t, p, noisy); len(got) != 0 {
+			t.Fatalf("%d lines %q while the schema did not match, want none:\n%s", len(got), noisy, strings.Join(got, "\n"))
+		}
+	}
+
+	// Rolled back: this build's schema again.
+	exec(`ALTER TABLE ordo.tenants RENAME COLUMN ambiguous_policy TO ambiguous`,
+		`UPDATE public.`+ordosql.MigrationsTable+` SET version = `+strconv.Itoa(int(ordosql.LatestVersion())),
+		`UPDATE ordo.schema_serves SET oldest = `+strconv.Itoa(ordosql.OldestServed))
+	waitGet(t, p, base+"/readyz", time.Minute)
+	if got := logLines(t, p, "matches this build again"); len(got) != 1 {
+		t.Fatalf("%d lines saying the schema matches again, want 1%s", len(got), p.LogTail())
+	}
+	if resp := post("m-after"); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("POST once the schema matches again: %s, want 202", resp.Status)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := wa.WaitForSends(ctx, 2); err != nil {
+		t.Fatalf("the waiting message and the new one were not sent: %v%s", err, p.LogTail())
+	}
+}

@@ -22,6 +22,10 @@ const (
 	// BackoffMaxDefault caps the wait: a dependency that returns is seen
 	// within about this long.
 	BackoffMaxDefault = 4 * time.Second
+	// GoneDefault and BackDefault are what the two log lines say after the
+	// dependency's name.
+	GoneDefault = "is unreachable; every loop waits for it"
+	BackDefault = "is back"
 )
 
 // Config shapes the backoff.
@@ -31,12 +35,18 @@ type Config struct {
 	BackoffMin time.Duration
 	// BackoffMax caps the wait. Default BackoffMaxDefault.
 	BackoffMax time.Duration
+	// Gone and Back are what the log line says after the name when the
+	// dependency goes and when it is back. Defaults GoneDefault,
+	// BackDefault.
+	Gone, Back string
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
 	c.BackoffMin = cmp.Or(c.BackoffMin, BackoffMinDefault)
 	c.BackoffMax = cmp.Or(c.BackoffMax, BackoffMaxDefault)
+	c.Gone = cmp.Or(c.Gone, GoneDefault)
+	c.Back = cmp.Or(c.Back, BackDefault)
 	return c
 }
 
@@ -133,14 +143,14 @@ func (w *Watch) Report(err error, down func(error) bool) bool {
 			w.upSince = now
 			close(w.changed)
 			w.changed = make(chan struct{})
-			w.logger.Info(w.name+" is back", slog.Duration("down_for", downFor.Round(time.Millisecond)))
+			w.logger.Info(w.name+" "+w.cfg.Back, slog.Duration("down_for", downFor.Round(time.Millisecond)))
 		}
 		return false
 	}
 	next, wentDown := w.state.Failed(w.cfg, now, w.jitter())
 	w.state = next
 	if wentDown {
-		w.logger.Warn(w.name+" is unreachable; every loop waits for it", slog.String("error", err.Error()))
+		w.logger.Warn(w.name+" "+w.cfg.Gone, slog.String("error", err.Error()))
 	}
 	return true
 }

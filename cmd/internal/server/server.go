@@ -101,6 +101,8 @@ func Run(ctx context.Context, logger *slog.Logger, cfg Config) error {
 	// One view of Postgres's state for the workers' loops and the API.
 	cfg.Jobs.Database = outage.NewWatch("postgres", outage.Config{}, log)
 	cfg.Web.Database = cfg.Jobs.Database
+	cfg.Jobs.Schema = jobs.NewSchemaWatch(log)
+	cfg.Web.Schema = cfg.Jobs.Schema
 	cfg.Web.WhatsAppAPIURL = cmp.Or(cfg.Web.WhatsAppAPIURL, cfg.Jobs.WhatsAppAPIURL)
 	api := web.New(cfg.Web, eng, store, vault, log)
 
