@@ -16,10 +16,10 @@
 package jobs
 
 import (
-	"log/slog"
 	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/ordo-dev/ordo/jobs/metrics"
