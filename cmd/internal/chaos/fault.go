@@ -105,6 +105,8 @@ type planner struct {
 	special []time.Duration
 	// handlerOutage is the handler outage's slot once planned.
 	handlerOutage *slot
+	// cloudAPIOutage is the Cloud API outage's slot once planned.
+	cloudAPIOutage *slot
 }
 
 // between is a random duration in [lo, hi).

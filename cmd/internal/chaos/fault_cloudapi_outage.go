@@ -37,7 +37,10 @@ var cloudAPIOutageKind = faultKind{
 		if latest < earliest {
 			return nil // no room in so short a run: the plan line leaves it out
 		}
-		return p.place(1, latest, func() time.Duration { return d }, func(s slot) fault { return &cloudAPIOutage{s: s} })
+		return p.place(1, latest, func() time.Duration { return d }, func(s slot) fault {
+			p.cloudAPIOutage = &s
+			return &cloudAPIOutage{s: s}
+		})
 	},
 	summary: func(n int) string {
 		if n == 0 {

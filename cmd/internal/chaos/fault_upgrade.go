@@ -15,7 +15,8 @@ import (
 // what old and new processes do side by side, is held to every check of
 // the run: nothing lost, sent twice (the deploy's windows too) or out of
 // order. Planned once, when the run has the build before
-// (Config.Previous: `make chaos-upgrade`).
+// (Config.Previous: `make chaos-upgrade`), in the first two thirds of the
+// load and clear of the Cloud API's outage.
 const faultUpgrade = "upgrade"
 
 // upgradeSkew is how long the build before runs on the new schema before
@@ -26,13 +27,25 @@ const upgradeSkew = 15 * time.Second
 var upgradeKind = faultKind{
 	name: faultUpgrade,
 	plan: func(p *planner) []fault {
-		n := 0
-		if len(p.cfg.Previous) > 0 {
-			n = 1
+		if len(p.cfg.Previous) == 0 {
+			return nil
 		}
-		return p.place(n, p.cfg.Duration/3,
-			func() time.Duration { return 0 },
-			func(s slot) fault { return &upgrade{s: s} })
+		// Away from the Cloud API's outage: the build before's workers
+		// must be able to send in the skew, or its check cannot tell
+		// an incompatible build from an absent Meta.
+		earliest, latest := max(3*time.Second, p.cfg.Duration/10), p.cfg.Duration*2/3
+		clear := func(at time.Duration) bool {
+			c := p.cloudAPIOutage
+			return c == nil || at+upgradeSkew+10*time.Second <= c.at || at >= c.at+c.pause
+		}
+		// Kept from the other rare faults too, where there is room for
+		// that (an exclusive fault waits for the others anyway).
+		at := p.between(earliest, latest)
+		for try := 0; try < 400 && !(clear(at) && (try >= 200 || !near(at, p.special, 6*time.Second))); try++ {
+			at = p.between(earliest, latest)
+		}
+		p.special = append(p.special, at)
+		return []fault{&upgrade{s: slot{at: at}}}
 	},
 	summary: func(n int) string {
 		if n == 0 {
@@ -86,14 +99,23 @@ func judgeUpgrade(rep *Report, in chaosInput) {
 	if in.planned[faultUpgrade] == 0 {
 		return
 	}
-	// What the build before sent on the new schema: its drains ran there.
-	skew := 0
+	// What the build before did on the new schema: its workers' drains
+	// sent, its API accepted.
+	in_ := func(at time.Time) bool { return !at.Before(in.upgradeSkew[0]) && at.Before(in.upgradeSkew[1]) }
+	skew, accepted := 0, 0
 	for _, s := range in.sends {
-		if !s.At.Before(in.upgradeSkew[0]) && s.At.Before(in.upgradeSkew[1]) {
+		if in_(s.At) {
 			skew++
 		}
 	}
-	detail := fmt.Sprintf("migrated with the new build under load; the build before sent %d messages on its schema; every process replaced", skew)
+	if in.ledger != nil {
+		for _, a := range in.ledger.acked() {
+			if in_(a.at) {
+				accepted++
+			}
+		}
+	}
+	detail := fmt.Sprintf("migrated with the new build under load; on its schema the build before sent %d messages and accepted %d; every process replaced", skew, accepted)
 	var problems []string
 	switch {
 	case in.upgradeFailed != "":

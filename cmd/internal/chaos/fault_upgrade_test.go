@@ -7,7 +7,8 @@ import (
 )
 
 // TestUpgradePlannedAndJudged: an upgrade is planned once, within the
-// first third of the load, only when the run has the build before; the
+// first two thirds of the load and clear of the Cloud API's outage (for
+// many seeds), only when the run has the build before; the
 // check fails when its migrate failed, when it did not finish, and when
 // the build before sent nothing on the new schema (it did not run there).
 func TestUpgradePlannedAndJudged(t *testing.T) {
@@ -26,8 +27,24 @@ func TestUpgradePlannedAndJudged(t *testing.T) {
 			at = f.slot().at
 		}
 	}
-	if at == 0 || at > cfg.Duration/3 {
-		t.Fatalf("upgrade planned at %s; want one within the first third of %s", at, cfg.Duration)
+	if at == 0 || at > cfg.Duration*2/3 {
+		t.Fatalf("upgrade planned at %s; want one within the first two thirds of %s", at, cfg.Duration)
+	}
+
+	for seed := range uint64(50) {
+		cfg.Seed = seed + 1
+		var up, cloud slot
+		for _, f := range newFaultPlan(cfg).faults {
+			switch f.Kind() {
+			case faultUpgrade:
+				up = f.slot()
+			case faultCloudAPIOutage:
+				cloud = f.slot()
+			}
+		}
+		if cloud.pause > 0 && up.at+upgradeSkew > cloud.at && up.at < cloud.at+cloud.pause {
+			t.Errorf("seed %d: the upgrade's skew at %s overlaps the Cloud API outage %s–%s", cfg.Seed, up.at, cloud.at, cloud.at+cloud.pause)
+		}
 	}
 
 	t0 := time.Now()
