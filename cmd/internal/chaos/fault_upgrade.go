@@ -94,7 +94,8 @@ func (f *upgrade) Recover(_ context.Context, r *run) {
 	r.log.printf("upgrade done")
 }
 
-// judgeUpgrade says whether the run upgraded, when it was to.
+// judgeUpgrade says whether the run upgraded, when it was to. Called by
+// chaosJudge, with the ledger's lock held.
 func judgeUpgrade(rep *Report, in chaosInput) {
 	if in.planned[faultUpgrade] == 0 {
 		return
@@ -109,7 +110,7 @@ func judgeUpgrade(rep *Report, in chaosInput) {
 		}
 	}
 	if in.ledger != nil {
-		for _, a := range in.ledger.acked() {
+		for _, a := range in.ledger.acks { // chaosJudge holds the ledger's lock
 			if in_(a.at) {
 				accepted++
 			}

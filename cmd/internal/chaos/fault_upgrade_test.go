@@ -49,6 +49,11 @@ func TestUpgradePlannedAndJudged(t *testing.T) {
 
 	t0 := time.Now()
 	skew := [2]time.Time{t0, t0.Add(upgradeSkew)}
+	// The ledger as chaosJudge hands it over: locked (reading it through
+	// its own locking methods hung a run).
+	ledger := &chaosLedger{acks: []chaosAck{{at: t0.Add(time.Second)}, {at: t0.Add(time.Hour)}}}
+	ledger.mu.Lock()
+	defer ledger.mu.Unlock()
 	during := []chaosSend{{At: t0.Add(time.Second)}}
 	after := []chaosSend{{At: t0.Add(upgradeSkew + time.Second)}}
 	for _, tc := range []struct {
@@ -62,12 +67,16 @@ func TestUpgradePlannedAndJudged(t *testing.T) {
 		{"nothing sent on the new schema", chaosInput{upgraded: true, upgradeSkew: skew, sends: after}, "sent nothing"},
 	} {
 		tc.in.planned = map[string]int{faultUpgrade: 1}
+		tc.in.ledger = ledger
 		rep := &Report{}
 		judgeUpgrade(rep, tc.in)
 		if len(rep.checks) != 1 {
 			t.Fatalf("%s: %d checks, want 1", tc.name, len(rep.checks))
 		}
 		c := rep.checks[0]
+		if tc.fail == "" && !strings.Contains(c.summary, "accepted 1") {
+			t.Errorf("%s: summary %q; want the one acceptance in the skew counted", tc.name, c.summary)
+		}
 		if c.ok != (tc.fail == "") || tc.fail != "" && !strings.Contains(strings.Join(c.details, " "), tc.fail) {
 			t.Errorf("%s: ok %t, details %q; want failing with %q", tc.name, c.ok, c.details, tc.fail)
 		}
