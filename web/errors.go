@@ -78,16 +78,16 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if e.Code == engine.CodeInternal && ordosql.SchemaChanged(e.Err) {
 		e = &engine.Error{Code: engine.CodeUnavailable, Message: schemaChanged, Err: err}
 	}
-	quiet := e.Message == engine.DatabaseUnavailable // an outage is logged once, by its watch
+	// Postgres away, or a deploy under way (the newer build's processes
+	// answer soon): each logged once, by its watch (a nil watch: each
+	// time), and a client that retries comes back after the workers' own
+	// backoff (outage.BackoffMaxDefault), not in a tight loop.
+	quiet := e.Message == engine.DatabaseUnavailable
 	if e.Message == schemaChanged {
-		// A deploy under way: the newer build's processes answer soon.
-		// Logged once, by the schema's watch (a nil watch: each time).
 		quiet = s.cfg.Schema != nil
 		s.cfg.Schema.Report(e.Err, ordosql.SchemaChanged)
 	}
-	if quiet || e.Message == schemaChanged {
-		// A client that retries comes back after the workers' own backoff
-		// (outage.BackoffMaxDefault), not in a tight loop.
+	if e.Message == engine.DatabaseUnavailable || e.Message == schemaChanged {
 		w.Header().Set("Retry-After", "5")
 	}
 	status, ok := statuses[e.Code]

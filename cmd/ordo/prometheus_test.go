@@ -150,16 +150,7 @@ func TestPrometheusScrapesEveryRole(t *testing.T) {
 
 	// One message through the API and a worker, so that the counters and
 	// histograms have samples.
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addrs[0]+"/v1/messages",
-		strings.NewReader(`{"message_id":"m-1","conversation_id":"16505551234","type":"text","text":{"body":"hello"}}`))
-	req.Header.Set("Authorization", "Bearer "+created.APIKey)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
+	if resp := postHello(t, "http://"+addrs[0], created.APIKey, "m-1"); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("POST /v1/messages: %s", resp.Status)
 	}
 	deadline := time.Now().Add(time.Minute)

@@ -56,6 +56,22 @@ func awayDatabase(t *testing.T) (proxy *sqltest.Proxy, env []string, apiKey stri
 	return proxy, env, created.APIKey, wa
 }
 
+// postHello POSTs an outbound "hello" with message_id id to the API at
+// base, as the tenant of apiKey, and returns the answer (its body read).
+func postHello(t *testing.T, base, apiKey, id string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/messages",
+		strings.NewReader(`{"message_id":"`+id+`","conversation_id":"16505551234","type":"text","text":{"body":"hello"}}`))
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
 // status GETs url and returns its status code (0: no answer).
 func status(url string) int {
 	resp, err := http.Get(url)
@@ -99,19 +115,7 @@ func TestServeWaitsForPostgres(t *testing.T) {
 	if s := status(base + "/readyz"); s != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz while Postgres is away: %d, want 503%s", s, p.LogTail())
 	}
-	post := func(id string) *http.Response {
-		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, base+"/v1/messages",
-			strings.NewReader(`{"message_id":"`+id+`","conversation_id":"16505551234","type":"text","text":{"body":"hello"}}`))
-		req.Header.Set("Authorization", "Bearer "+apiKey)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp
-	}
+	post := func(id string) *http.Response { return postHello(t, base, apiKey, id) }
 	if resp := post("m-away"); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("POST while Postgres is away: %s (Retry-After %q), want 503 with Retry-After", resp.Status, resp.Header.Get("Retry-After"))
 	}

@@ -13,8 +13,22 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordo-dev/ordo/cmd/internal/cli"
+	"github.com/ordo-dev/ordo/jobs/whatsapp/whatsapptest"
 	ordosql "github.com/ordo-dev/ordo/sql"
 )
+
+// servingDatabase is awayDatabase with Postgres there, and a pool on it.
+func servingDatabase(t *testing.T) (pool *pgxpool.Pool, env []string, apiKey string, wa *whatsapptest.Server) {
+	t.Helper()
+	proxy, env, apiKey, wa := awayDatabase(t)
+	proxy.Restore()
+	pool, err := pgxpool.New(context.Background(), strings.TrimPrefix(env[0], "DATABASE_URL="))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, env, apiKey, wa
+}
 
 // nextBuildMigrated makes the database look as `ordo migrate up` of the
 // next build leaves it: its migration applied, a function of its (a body
@@ -59,30 +73,15 @@ func nextBuildMigrated(t *testing.T, pool *pgxpool.Pool, oldest uint) {
 // newer schema refuses, rather than put its older functions back.
 func TestARollingDeployKeepsTheBuildBeforeServing(t *testing.T) {
 	t.Parallel()
-	proxy, env, apiKey, wa := awayDatabase(t)
-	proxy.Restore()
+	pool, env, apiKey, wa := servingDatabase(t)
 	dbURL := strings.TrimPrefix(env[0], "DATABASE_URL=")
-	pool, err := pgxpool.New(context.Background(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
 	nextBuildMigrated(t, pool, ordosql.LatestVersion())
 
 	addr := freePort(t)
 	p := startOrdo(t, "serve", addr, env)
 	base := "http://" + addr
 	waitGet(t, p, base+"/readyz", time.Minute)
-	req, _ := http.NewRequest(http.MethodPost, base+"/v1/messages",
-		strings.NewReader(`{"message_id":"m-1","conversation_id":"16505551234","type":"text","text":{"body":"hello"}}`))
-	req.Header.Set("Authorization", "Bearer "+apiKey)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
+	if resp := postHello(t, base, apiKey, "m-1"); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("POST on the next build's schema: %s, want 202", resp.Status)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -128,31 +127,12 @@ func TestARollingDeployKeepsTheBuildBeforeServing(t *testing.T) {
 // this build's again, it says so once and goes on.
 func TestASchemaThatNoLongerMatchesIsWaitedOutQuietly(t *testing.T) {
 	t.Parallel()
-	proxy, env, apiKey, wa := awayDatabase(t)
-	proxy.Restore()
-	dbURL := strings.TrimPrefix(env[0], "DATABASE_URL=")
-	pool, err := pgxpool.New(context.Background(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, env, apiKey, wa := servingDatabase(t)
 	addr := freePort(t)
 	p := startOrdo(t, "serve", addr, env)
 	base := "http://" + addr
 	waitGet(t, p, base+"/readyz", time.Minute)
-	post := func(id string) *http.Response {
-		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, base+"/v1/messages",
-			strings.NewReader(`{"message_id":"`+id+`","conversation_id":"16505551234","type":"text","text":{"body":"hello"}}`))
-		req.Header.Set("Authorization", "Bearer "+apiKey)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp
-	}
+	post := func(id string) *http.Response { return postHello(t, base, apiKey, id) }
 	exec := func(qs ...string) {
 		t.Helper()
 		for _, q := range qs {
