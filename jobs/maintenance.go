@@ -28,9 +28,6 @@ import (
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
-
-	"github.com/ordo-dev/ordo/jobs/outage"
-	ordosql "github.com/ordo-dev/ordo/sql"
 )
 
 // PruneArgs is the periodic job that prunes messages past their tenant's
@@ -97,8 +94,10 @@ type periodicWorker[T river.JobArgs] struct {
 	what    string // what run does, for its failure's log line
 	run     func(ctx context.Context) error
 	timeout time.Duration
-	db      *outage.Watch
-	logger  *slog.Logger
+	// waitedOut says an error is a state of the process's watches
+	// (Runner.waitedOut), logged once by them.
+	waitedOut func(error) bool
+	logger    *slog.Logger
 }
 
 func (w *periodicWorker[T]) Work(ctx context.Context, _ *river.Job[T]) error {
@@ -106,7 +105,7 @@ func (w *periodicWorker[T]) Work(ctx context.Context, _ *river.Job[T]) error {
 	if err == nil || ctx.Err() != nil {
 		return err
 	}
-	if w.db.Report(err, ordosql.Unavailable) {
+	if w.waitedOut(err) {
 		return nil // the watch says it once; the next period tries again
 	}
 	w.logger.WarnContext(ctx, w.what, slog.String("error", err.Error()))
@@ -120,9 +119,9 @@ func (w *periodicWorker[T]) Timeout(*river.Job[T]) time.Duration { return w.time
 // them) and returns the periodic jobs this process inserts when it is
 // River's leader.
 func (r *Runner) addMaintenance(workers *river.Workers) ([]*river.PeriodicJob, error) {
-	db, logger := r.cfg.Database, r.logger
+	waitedOut, logger := r.waitedOut, r.logger
 	err := river.AddWorkerSafely(workers, &periodicWorker[PruneArgs]{
-		what: "prune messages", timeout: pruneTimeout, db: db, logger: logger,
+		what: "prune messages", timeout: pruneTimeout, waitedOut: waitedOut, logger: logger,
 		run: func(ctx context.Context) error {
 			n, err := r.pruner.Once(ctx)
 			if n.Messages > 0 {
@@ -134,7 +133,7 @@ func (r *Runner) addMaintenance(workers *river.Workers) ([]*river.PeriodicJob, e
 	})
 	if err == nil {
 		err = river.AddWorkerSafely(workers, &periodicWorker[ReconcileArgs]{
-			what: "reconcile orphaned conversations", timeout: maintenanceTimeout, db: db, logger: logger,
+			what: "reconcile orphaned conversations", timeout: maintenanceTimeout, waitedOut: waitedOut, logger: logger,
 			run: func(ctx context.Context) error {
 				n, err := r.reconciler.once(ctx)
 				if n > 0 {
@@ -146,13 +145,13 @@ func (r *Runner) addMaintenance(workers *river.Workers) ([]*river.PeriodicJob, e
 	}
 	if err == nil {
 		err = river.AddWorkerSafely(workers, &periodicWorker[DispatchEventsArgs]{
-			what: "dispatch events", timeout: maintenanceTimeout, db: db, logger: logger,
+			what: "dispatch events", timeout: maintenanceTimeout, waitedOut: waitedOut, logger: logger,
 			run: func(ctx context.Context) error { return r.dispatcher.dispatch(ctx) },
 		})
 	}
 	if err == nil {
 		err = river.AddWorkerSafely(workers, &periodicWorker[SweepRunnersArgs]{
-			what: "sweep the runners of gone processes", timeout: maintenanceTimeout, db: db, logger: logger,
+			what: "sweep the runners of gone processes", timeout: maintenanceTimeout, waitedOut: waitedOut, logger: logger,
 			run: func(ctx context.Context) error { return r.sweepRunners(ctx) },
 		})
 	}

@@ -42,7 +42,6 @@ import (
 
 	"github.com/ordo-dev/ordo/jobs/fair"
 	"github.com/ordo-dev/ordo/jobs/outage"
-	ordosql "github.com/ordo-dev/ordo/sql"
 	"github.com/ordo-dev/ordo/tenants"
 )
 
@@ -236,7 +235,7 @@ func (r *Runner) keepRunners(ctx context.Context) {
 		if err == nil {
 			err = r.addRunners(ctx)
 		}
-		if err != nil && ctx.Err() == nil && !r.cfg.Database.Report(err, ordosql.Unavailable) {
+		if err != nil && ctx.Err() == nil && !r.waitedOut(err) {
 			r.logger.WarnContext(ctx, "keep the runner jobs", slog.String("error", err.Error()))
 		}
 		select {

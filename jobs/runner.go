@@ -62,7 +62,7 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 			c, err := r.pool.Acquire(ctx)
 			if err != nil {
 				r.room.give(room)
-				if !r.cfg.Database.Report(err, ordosql.Unavailable) {
+				if !r.waitedOut(err) {
 					r.logger.WarnContext(ctx, "runner: acquire a connection", slog.String("error", err.Error()))
 				}
 				r.sched.pause(ctx, r.cfg.FetchPollInterval)
@@ -89,13 +89,7 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 			held = nil
 			drop(false)
 			if ctx.Err() == nil {
-				// Postgres away, or a schema that no longer matches this
-				// build (a newer build migrated it): a state, logged once
-				// by its watch, waited out with its backoff. Only a
-				// readiness check that finds the schema this build's again
-				// brings the schema back (claims of other kinds may work
-				// meanwhile).
-				if !r.cfg.Database.Report(err, ordosql.Unavailable) && !r.cfg.Schema.Report(err, ordosql.SchemaChanged) {
+				if !r.waitedOut(err) {
 					r.logger.WarnContext(ctx, "claim a conversation", slog.Int64("tenant_id", t.Tenant), slog.String("error", err.Error()))
 				}
 				r.sched.pause(ctx, max(r.cfg.FetchPollInterval, r.cfg.Schema.Wait()))
@@ -263,9 +257,19 @@ func (r *Runner) end(ctx context.Context, s *session, end ended, err error) bool
 		}
 		fallthrough
 	case err != nil:
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !r.waitedOut(err) {
 			d.logger.WarnContext(ctx, "drain failed", slog.Int64("conversation", s.conv), slog.String("error", err.Error()))
 		}
 	}
 	return s.close()
+}
+
+// waitedOut reports err to the process's watches and says whether it is
+// one of their states — Postgres away, or a schema that no longer matches
+// this build (a newer build migrated it) — logged once by its watch and
+// waited out with its backoff, rather than a failure to log. Only a
+// readiness check that finds the schema this build's again brings the
+// schema back: other statements may still work meanwhile.
+func (r *Runner) waitedOut(err error) bool {
+	return r.cfg.Database.Report(err, ordosql.Unavailable) || r.cfg.Schema.Report(err, ordosql.SchemaChanged)
 }

@@ -163,7 +163,7 @@ func TestASchemaThatNoLongerMatchesIsWaitedOutQuietly(t *testing.T) {
 	if n := len(wa.Sends()); n != 0 {
 		t.Fatalf("%d sends while the claims could not read the tenant; want none (the claims did not fail?)", n)
 	}
-	for _, noisy := range []string{"request failed", "claim a conversation", "not ready"} {
+	for _, noisy := range []string{"request failed", "claim a conversation", "drain failed", "not ready"} {
 		if got := logLines(t, p, noisy); len(got) != 0 {
 			t.Fatalf("%d lines %q while the schema did not match, want none:\n%s", len(got), noisy, strings.Join(got, "\n"))
 		}
