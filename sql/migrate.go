@@ -228,13 +228,12 @@ const (
 // the first.
 func schemaVersion(ctx context.Context, conn *pgx.Conn) (uint, error) {
 	var (
-		has   bool
-		v     int64
-		dirty bool
+		has bool
+		v   int64
 	)
 	err := conn.QueryRow(ctx, hasVersion).Scan(&has)
 	if err == nil && has {
-		err = conn.QueryRow(ctx, versionQuery).Scan(&v, &dirty)
+		err = conn.QueryRow(ctx, versionQuery).Scan(&v, nil)
 		if errors.Is(err, pgx.ErrNoRows) {
 			err = nil
 		}

@@ -72,6 +72,17 @@ func postHello(t *testing.T, base, apiKey, id string) *http.Response {
 	return resp
 }
 
+// waitSends waits up to a minute for n sends at wa, failing with what
+// and p's log tail.
+func waitSends(t *testing.T, p *proc.Proc, wa *whatsapptest.Server, n int, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := wa.WaitForSends(ctx, n); err != nil {
+		t.Fatalf("%s: not sent: %v%s", what, err, p.LogTail())
+	}
+}
+
 // status GETs url and returns its status code (0: no answer).
 func status(url string) int {
 	resp, err := http.Get(url)
@@ -144,11 +155,7 @@ func TestServeWaitsForPostgres(t *testing.T) {
 	if resp := post("m-1"); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("POST after Postgres came back: %s", resp.Status)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := wa.WaitForSends(ctx, 1); err != nil {
-		t.Fatalf("the message accepted after the wait was not sent: %v%s", err, p.LogTail())
-	}
+	waitSends(t, p, wa, 1, "the message accepted after the wait")
 }
 
 // SIGTERM while ordo serve waits for its database ends it at once, cleanly.

@@ -84,11 +84,7 @@ func TestARollingDeployKeepsTheBuildBeforeServing(t *testing.T) {
 	if resp := postHello(t, base, apiKey, "m-1"); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("POST on the next build's schema: %s, want 202", resp.Status)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := wa.WaitForSends(ctx, 1); err != nil {
-		t.Fatalf("the message was not sent on the next build's schema: %v%s", err, p.LogTail())
-	}
+	waitSends(t, p, wa, 1, "the message on the next build's schema")
 
 	// This build's migrate on the newer schema: refused, nothing put back.
 	var out bytes.Buffer
@@ -111,7 +107,7 @@ func TestARollingDeployKeepsTheBuildBeforeServing(t *testing.T) {
 	out.Reset()
 	cliEnv = &cli.Env{DatabaseURL: dbURL, MasterKeys: strings.TrimPrefix(env[1], "ORDO_MASTER_KEYS="), Addr: freePort(t),
 		Stdout: &out, Stderr: &out, Logger: slog.New(slog.DiscardHandler)}
-	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if code := run(ctx, cliEnv, []string{"serve"}); code != 1 || !strings.Contains(out.String(), "replace this process with the newer build") {
 		t.Fatalf("serve on a schema that no longer serves this build: exit %d, %q; want 1 and what to do", code, out.String())
@@ -180,9 +176,5 @@ func TestASchemaThatNoLongerMatchesIsWaitedOutQuietly(t *testing.T) {
 	if resp := post("m-after"); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("POST once the schema matches again: %s, want 202", resp.Status)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := wa.WaitForSends(ctx, 2); err != nil {
-		t.Fatalf("the waiting message and the new one were not sent: %v%s", err, p.LogTail())
-	}
+	waitSends(t, p, wa, 2, "the waiting message and the new one")
 }
