@@ -202,6 +202,37 @@ func runMigrate(databaseURL string, f func(*migrate.Migrate) error) error {
 	return nil
 }
 
+// Serves reports the oldest build the schema at databaseURL serves, named
+// by its newest migration (OldestServed, as the newest `migrate up`
+// recorded it); 0 on a schema from before ordo.schema_serves.
+func Serves(ctx context.Context, databaseURL string) (uint, error) {
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return 0, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var (
+		has    bool
+		oldest int64
+	)
+	err = conn.QueryRow(ctx, hasServed).Scan(&has)
+	if err == nil && has {
+		err = conn.QueryRow(ctx, servedQuery).Scan(&oldest)
+	}
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("read the oldest build the schema serves: %w", err)
+	}
+	return uint(oldest), nil
+}
+
+// ServesBuild says whether a schema at version (dirty, serving builds from
+// oldest on) serves this build: its own version, or a newer one that
+// still serves it — the schema's part of CheckMigrated.
+func ServesBuild(version uint, dirty bool, oldest uint) bool {
+	latest := LatestVersion()
+	return !dirty && (version == latest || version > latest && oldest <= latest)
+}
+
 // Version reports the applied version of ordo's own migrations; dirty means
 // one failed half way. (River's line is checked by CheckMigrated.)
 func Version(databaseURL string) (version uint, dirty bool, err error) {
@@ -222,6 +253,7 @@ const (
 	hasVersion   = `SELECT to_regclass('public.` + MigrationsTable + `') IS NOT NULL`
 	recordServed = `INSERT INTO ordo.schema_serves (oldest) VALUES ($1) ON CONFLICT (one) DO UPDATE SET oldest = excluded.oldest`
 	servedQuery  = `SELECT oldest FROM ordo.schema_serves`
+	hasServed    = `SELECT to_regclass('ordo.schema_serves') IS NOT NULL`
 )
 
 // schemaVersion is the applied version of ordo's own migrations, 0 before

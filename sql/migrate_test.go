@@ -192,35 +192,50 @@ func TestCheckMigratedServesTheBuildBefore(t *testing.T) {
 		name  string
 		setup []string
 		want  string // "" ready
+		// serves: what `ordo migrate version` says of the versions alone
+		// (ServesBuild; the functions are CheckMigrated's).
+		serves bool
 	}{
-		{"this build's", nil, ""},
+		{"this build's", nil, "", true},
 		{"the next build's, serving this one", []string{
 			fmt.Sprintf(`UPDATE public.ordo_migrations SET version = %d`, next),
 			`CREATE OR REPLACE FUNCTION ordo.check_fence(conv bigint, token bigint) RETURNS void LANGUAGE plpgsql AS $$ BEGIN END; $$`,
 			`UPDATE ordo.function_checksums SET sha256 = 'next' WHERE name = 'check_fence'`,
 			fmt.Sprintf(`UPDATE ordo.schema_serves SET oldest = %d`, ordosql.LatestVersion()),
-		}, ""},
+		}, "", true},
 		{"a later build's, no longer serving this one", []string{
 			fmt.Sprintf(`UPDATE public.ordo_migrations SET version = %d`, next),
 			fmt.Sprintf(`UPDATE ordo.schema_serves SET oldest = %d`, next),
-		}, "replace this process with the newer build"},
+		}, "replace this process with the newer build", false},
 		{"older", []string{
 			fmt.Sprintf(`UPDATE public.ordo_migrations SET version = %d`, ordosql.LatestVersion()-1),
-		}, "run `ordo migrate up`"},
-		{"dirty", []string{`UPDATE public.ordo_migrations SET dirty = true`}, "a migration failed half way"},
+		}, "run `ordo migrate up`", false},
+		{"dirty", []string{`UPDATE public.ordo_migrations SET dirty = true`}, "a migration failed half way", false},
 		{"this build's, a function not its own", []string{
 			`UPDATE ordo.function_checksums SET sha256 = 'other' WHERE name = 'check_fence'`,
-		}, "function ordo.check_fence is not this binary's"},
+		}, "function ordo.check_fence is not this binary's", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			pool := openPool(t, sqltest.URL(t))
+			url := sqltest.URL(t)
+			pool := openPool(t, url)
 			for _, q := range tc.setup {
 				if _, err := pool.Exec(t.Context(), q); err != nil {
 					t.Fatalf("%s: %v", q, err)
 				}
 			}
-			err := ordosql.CheckMigrated(t.Context(), pool)
+			v, dirty, err := ordosql.Version(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			oldest, err := ordosql.Serves(t.Context(), url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ordosql.ServesBuild(v, dirty, oldest); got != tc.serves {
+				t.Errorf("ServesBuild(%d, %t, %d) = %t, want %t", v, dirty, oldest, got, tc.serves)
+			}
+			err = ordosql.CheckMigrated(t.Context(), pool)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("CheckMigrated: %v; want ready", err)

@@ -81,6 +81,13 @@ func runMigrate(ctx context.Context, env *cli.Env, args []string) error {
 			return err
 		}
 	}
-	fmt.Fprintf(env.Stdout, "{\"version\":%d,\"dirty\":%t,\"latest\":%d}\n", v, dirty, ordosql.LatestVersion())
+	oldest, err := ordosql.Serves(ctx, env.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	// oldest_served: the oldest build (by its newest migration) that may
+	// run on this schema, for a deploy or a rollback to check first.
+	fmt.Fprintf(env.Stdout, "{\"version\":%d,\"dirty\":%t,\"latest\":%d,\"oldest_served\":%d,\"serves_this_build\":%t}\n",
+		v, dirty, ordosql.LatestVersion(), oldest, ordosql.ServesBuild(v, dirty, oldest))
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -97,9 +98,25 @@ func TestARollingDeployKeepsTheBuildBeforeServing(t *testing.T) {
 		t.Fatalf("drain_key after the refused migrate: %q (%v); want the next build's left in place", sum, err)
 	}
 
+	// What a rollback checks first: the schema serves this build.
+	next, latest := ordosql.LatestVersion()+1, ordosql.LatestVersion()
+	migrateVersion := func() string {
+		out.Reset()
+		if code := run(context.Background(), cliEnv, []string{"migrate", "version"}); code != 0 {
+			t.Fatalf("migrate version: exit %d, %q", code, out.String())
+		}
+		return strings.TrimSpace(out.String())
+	}
+	if got, want := migrateVersion(), fmt.Sprintf(`{"version":%d,"dirty":false,"latest":%d,"oldest_served":%d,"serves_this_build":true}`, next, latest, latest); got != want {
+		t.Fatalf("migrate version on the next build's schema: %s, want %s", got, want)
+	}
+
 	// A later build that no longer serves this one.
-	if _, err := pool.Exec(t.Context(), `UPDATE ordo.schema_serves SET oldest = $1`, ordosql.LatestVersion()+1); err != nil {
+	if _, err := pool.Exec(t.Context(), `UPDATE ordo.schema_serves SET oldest = $1`, next); err != nil {
 		t.Fatal(err)
+	}
+	if got, want := migrateVersion(), fmt.Sprintf(`{"version":%d,"dirty":false,"latest":%d,"oldest_served":%d,"serves_this_build":false}`, next, latest, next); got != want {
+		t.Fatalf("migrate version on a schema that no longer serves this build: %s, want %s", got, want)
 	}
 	if s := status(base + "/readyz"); s != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz on a schema that no longer serves this build: %d, want 503", s)
