@@ -103,8 +103,8 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 	}
 	defer gather(false)
 	gather(own < r.cfg.BatchSize && r.sched.alone(b.tenant))
-	r.sched.passOn(b.tenant, b.more)
 	r.sched.took(b.tenant, len(b.convs))
+	r.sched.passOn(b.tenant, b.more)
 	drains := d.cfg.Metrics.DrainStarted
 	var done []func()
 	defer func() {
@@ -204,6 +204,7 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 			return false
 		}
 		if refill != nil && len(refill.convs) > 0 {
+			r.sched.refilled(b.tenant, len(refill.convs))
 			for range refill.convs {
 				done = append(done, drains())
 			}
@@ -234,6 +235,7 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 		}
 		cancel()
 		active = next
+		r.sched.sent(b.tenant, len(active)) // its share counts messages, not claims
 		gather(len(active) > 0 && refill != nil && !blocked && alone == 0 && own < r.cfg.BatchSize && r.sched.alone(b.tenant))
 	}
 	if !ended {

@@ -39,10 +39,12 @@ type Drainer struct {
 	turns turnKeeper
 }
 
-// turnKeeper is what a drain asks the scheduler at a message boundary.
+// turnKeeper is what a drain asks and tells the scheduler at a message
+// boundary.
 type turnKeeper interface {
 	waiting(tenant int64) bool
 	handOff(tenant int64) bool
+	sent(tenant int64, n int) // n more messages go out on the drain's worker
 }
 
 // hooks let tests force interleavings; nil in production.
@@ -164,6 +166,9 @@ func (d *Drainer) drain(ctx context.Context, s *session, st convState, runner st
 		}
 		if err != nil {
 			return ended{}, err
+		}
+		if n > 0 && d.turns != nil {
+			d.turns.sent(st.tenant.ID, 1) // its share counts messages, not claims
 		}
 		// The message's last write reads (and may start) the next one when
 		// this run will go on to it, as decided when that write is built:

@@ -45,6 +45,9 @@ func SetReplyHooks(r *Runner, awaiting, beforeExpire func(stepID int64)) {
 // found nothing to take.
 func Claims(r *Runner) (claims, empty int64) { return r.claims.Load(), r.claimsEmpty.Load() }
 
+// Reads returns how many times r's scheduler read the ready set's summary.
+func Reads(r *Runner) int64 { return r.sched.reads.Load() }
+
 // TenantWaiting reports whether r's scheduler knows tenant has a
 // conversation that became due and has not had a worker since.
 func TenantWaiting(r *Runner, tenant int64) bool {

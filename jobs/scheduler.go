@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,8 +24,10 @@ import (
 
 // ActiveTenantsQuery lists each tenant with a conversation in the ready set
 // and its earliest due time: a loose index scan of ready_tenant_due_idx, one
-// probe per such tenant, whatever the number of conversations. Exported for
-// the benchmark, which measures its cost (`make bench ARGS="--scenario claim"`).
+// probe per such tenant, whatever the number of conversations; and how many
+// of its conversations are due now, counted up to ReadyCountMax along the
+// same index. Exported for the benchmark, which measures its cost (`make
+// bench ARGS="--scenario claim"`).
 const ActiveTenantsQuery = `
 WITH RECURSIVE t AS (
     (SELECT r.tenant_id, r.due_at FROM ordo.ready r ORDER BY r.tenant_id, r.due_at LIMIT 1)
@@ -33,8 +36,13 @@ WITH RECURSIVE t AS (
         SELECT r.tenant_id, r.due_at FROM ordo.ready r WHERE r.tenant_id > t.tenant_id
         ORDER BY r.tenant_id, r.due_at LIMIT 1) n
 )
-SELECT t.tenant_id, extract(epoch FROM t.due_at - now()) * 1000, tn.weight, tn.max_concurrency
+SELECT t.tenant_id, extract(epoch FROM t.due_at - now()) * 1000, tn.weight, tn.max_concurrency,
+       (SELECT count(*) FROM (SELECT FROM ordo.ready r WHERE r.tenant_id = t.tenant_id AND r.due_at <= now() LIMIT $1) n)
 FROM t JOIN ordo.tenants tn ON tn.id = t.tenant_id`
+
+// ReadyCountMax bounds how many of a tenant's due conversations a read of
+// the ready set counts: more than a process claims before it reads again.
+const ReadyCountMax = 256
 
 // RefreshMinDefault is how often, at most, a process re-reads which tenants
 // have due conversations (Config.RefreshMin).
@@ -56,6 +64,8 @@ type scheduler struct {
 	// onDue, if set, is told that a conversation became due (the runner's
 	// room wakes the runners waiting for room, to look for urgent tenants).
 	onDue func()
+	// reads counts the reads of the ready set's summary (tests).
+	reads atomic.Int64
 }
 
 // newScheduler builds the scheduler of a process whose runners number
@@ -167,6 +177,22 @@ func (s *scheduler) took(tenant int64, n int) {
 	s.m.Took(tenant, n)
 }
 
+// refilled: a batch of tenant took n more of its conversations
+// (fair.Scheduler.Refilled).
+func (s *scheduler) refilled(tenant int64, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m.Refilled(tenant, n)
+}
+
+// sent: n more messages of tenant go out on workers its drains or
+// batches here hold already (fair.Scheduler.Sent).
+func (s *scheduler) sent(tenant int64, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m.Sent(tenant, n)
+}
+
 // merge says whether a gathering batch of tenant holding own should end
 // its run for another that gathers (fair.Scheduler.Merge).
 func (s *scheduler) merge(tenant int64, own, most int) bool {
@@ -259,14 +285,15 @@ func (s *scheduler) missed(tenant int64, asked time.Time) {
 // refresh reads the ready set's summary into the model. Called with mu
 // held.
 func (s *scheduler) refresh(ctx context.Context) error {
-	rows, err := s.pool.Query(ctx, ActiveTenantsQuery)
+	s.reads.Add(1)
+	rows, err := s.pool.Query(ctx, ActiveTenantsQuery, ReadyCountMax)
 	if err == nil {
 		var (
 			due   []fair.Due
 			d     fair.Due
 			dueIn float64
 		)
-		_, err = pgx.ForEachRow(rows, []any{&d.Tenant, &dueIn, &d.Weight, &d.Cap}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&d.Tenant, &dueIn, &d.Weight, &d.Cap, &d.Ready}, func() error {
 			d.DueIn = time.Duration(dueIn * float64(time.Millisecond))
 			due = append(due, d)
 			return nil

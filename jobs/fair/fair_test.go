@@ -62,6 +62,91 @@ func TestModel(t *testing.T) {
 				t.Fatalf("picks %v", got)
 			}
 		}},
+		{"a visit claims no more than the tenant has due", func(t *testing.T, s *Scheduler) {
+			// Weight 4, one conversation due: one claim, not four runners
+			// claiming for the one conversation a batch took.
+			rows := []Due{{Turn: Turn{Tenant: 1, Weight: 4}, Ready: 1}}
+			if got := picks(s, t0, rows, 2); !slices.Equal(got, []int64{1, 0}) {
+				t.Fatalf("picks %v; want one claim for the one conversation due", got)
+			}
+		}},
+		{"a known tenant's notification puts it in the round without a read", func(t *testing.T, s *Scheduler) {
+			s.Refresh(t0, []Due{{Turn: Turn{Tenant: 1, Weight: 1}, Ready: 1}})
+			if got := picks(s, t0, nil, 1); got[0] != 1 {
+				t.Fatalf("picks %v", got)
+			}
+			s.PassOn(1, false)
+			later := t0.Add(time.Millisecond) // within RefreshMin: no read due by time
+			s.NoteDue(later, 1)
+			s.NoteDue(later, 1)
+			for i := range 2 {
+				if tn, d := s.Pick(later, false); d != Go || tn.Tenant != 1 {
+					t.Fatalf("pick %d after two notifications: %+v %v; want tenant 1 without a read", i, tn, d)
+				}
+			}
+			if _, d := s.Pick(later, false); d == Go {
+				t.Fatal("a third claim for two notified conversations")
+			}
+			// A tenant the model does not know: the ready set is read.
+			s.NoteDue(later, 2)
+			if _, d := s.Pick(later, false); d != Refresh {
+				t.Fatalf("pick after an unknown tenant's notification: %v; want a read of the ready set", d)
+			}
+		}},
+		{"a claim that saw more than counted keeps the tenant in the round", func(t *testing.T, s *Scheduler) {
+			s.Refresh(t0, []Due{{Turn: Turn{Tenant: 1, Weight: 1}, Ready: 1}})
+			picks(s, t0, nil, 1)
+			s.PassOn(1, true) // another was due behind it: a notification merged, or lost
+			if tn, d := s.Pick(t0, false); d != Go || tn.Tenant != 1 {
+				t.Fatalf("pick after a claim that saw more: %+v %v; want tenant 1", tn, d)
+			}
+		}},
+		{"messages sent on a claim's workers count as visits", func(t *testing.T, s *Scheduler) {
+			rows := []Due{due(1, 1, 0, 0), due(2, 1, 0, 0)}
+			picks(s, t0, rows, 2) // 1, 2
+			s.Sent(1, 3)          // tenant 1's drain sent three more messages
+			if got := picks(s, t0, rows, 4); !slices.Equal(got, []int64{2, 2, 2, 1}) {
+				t.Fatalf("picks %v; want tenant 2 for the three messages tenant 1 sent, then tenant 1", got)
+			}
+		}},
+		{"when every tenant owes, the one that owes fewest rounds goes", func(t *testing.T, s *Scheduler) {
+			rows := []Due{due(1, 1, 0, 0), due(2, 2, 0, 0)}
+			picks(s, t0, rows, 1)
+			s.Sent(1, 800) // a campaign's batches, round after round
+			s.Sent(2, 3)   // a steady tenant's: one round and a half of its weight
+			// Both owe a round or more: the skips served the tenant they
+			// wrapped round to, the campaign, however much it owed.
+			if got := picks(s, t0, rows, 1); got[0] != 2 {
+				t.Fatalf("picked %v; want tenant 2, which owes fewer rounds", got)
+			}
+		}},
+		{"a drain that ends with its conversation due now is no reason to read", func(t *testing.T, s *Scheduler) {
+			// Its park notifies (ordo.park_conversation, ordo.finish);
+			// taking it as due by time read the ready set after each drain.
+			s.Refresh(t0, []Due{due(1, 1, 0, 0)})
+			picks(s, t0, nil, 1)
+			s.DueIn(t0, 0)
+			if _, d := s.Pick(t0.Add(time.Millisecond), false); d == Refresh {
+				t.Fatal("a read after a drain that ended due now")
+			}
+			s.DueIn(t0, 5*time.Millisecond) // a send slot ahead: due by time
+			if _, d := s.Pick(t0.Add(5*time.Millisecond), false); d != Refresh {
+				t.Fatalf("pick once a parked conversation is due: %v; want a read", d)
+			}
+		}},
+		{"idle runners' polls read the ready set once a poll interval", func(t *testing.T, s *Scheduler) {
+			s.Refresh(t0, []Due{due(1, 1, 0, s.cfg.Poll)})
+			for i := range 3 { // three runners' polls, within one interval of the read
+				s.Waited(t0.Add(time.Duration(i+1) * s.cfg.Poll / 4))
+				if _, d := s.Pick(t0.Add(time.Duration(i+1)*s.cfg.Poll/4), false); d == Refresh {
+					t.Fatalf("poll %d read the ready set again within a poll interval", i+1)
+				}
+			}
+			s.Waited(t0.Add(s.cfg.Poll))
+			if _, d := s.Pick(t0.Add(s.cfg.Poll), false); d != Refresh {
+				t.Fatalf("pick after a poll interval without a read: %v; want a read", d)
+			}
+		}},
 		{"nothing due: none, and the wait runs to the earliest due time", func(t *testing.T, s *Scheduler) {
 			rows := []Due{due(1, 1, 0, 50*time.Millisecond)}
 			if got := picks(s, t0, rows, 1); got[0] != 0 {

@@ -89,10 +89,10 @@ func (m *sim) claimBatch(r *simRunner, t Turn, n int) {
 		}
 		b.started = m.now
 		m.gather(b, b.own < simBatchSize && m.s.Alone(m.now, tn.id))
-		m.s.PassOn(tn.id, more)
-		// The round shares the workers, not the claims (Took). jobs/batch.go
-		// does not call it yet.
+		// The round shares the workers, not the claims (Took), before
+		// PassOn says whether the tenant stays in it.
 		m.s.Took(tn.id, len(convs))
+		m.s.PassOn(tn.id, more)
 		if more && !m.s.Gathering(m.now, tn.id) {
 			m.wakeWaiter()
 		}
@@ -193,6 +193,7 @@ func (m *sim) finish(r *simRunner, goOn, refill bool) {
 	// take — drainBatch's blocked — does not happen.)
 	if free := b.own - len(next); refill && free > 0 && free*2 >= b.own {
 		convs, _ := m.dueOf(tn, free)
+		m.s.Refilled(tn.id, len(convs))
 		for _, cv := range convs {
 			m.claimed(cv)
 			cv.running = true
@@ -210,6 +211,7 @@ func (m *sim) finish(r *simRunner, goOn, refill bool) {
 	}
 	b.active = next
 	b.round++
+	m.s.Sent(tn.id, len(next))
 	if len(next) == 0 {
 		m.gather(b, false)
 		m.room.Give(b.own)

@@ -37,7 +37,7 @@ func TestSimulatedSteadyTenantBesideACampaign(t *testing.T) {
 			// campaign's batch ends its round); the tenant's own earlier
 			// conversations, oldest first, may take it: one send more.
 			bound := simTurnSlice + 2*cfg.sendMax + 2*simClaimCost
-			t.Logf("steady tenant: %d sent, longest wait for a claim %s (bound %s); campaign: %d sent", steady.sent, steady.maxWait, bound, m.tenants[0].sent)
+			t.Logf("steady tenant: %d sent, longest wait for a claim %s (bound %s); campaign: %d sent; %d reads of the ready set", steady.sent, steady.maxWait, bound, m.tenants[0].sent, m.reads)
 			if steady.maxWait > bound {
 				t.Errorf("a conversation of the steady tenant waited %s for a claim; want at most a turn slice and two sends (%s)", steady.maxWait, bound)
 			}

@@ -69,6 +69,7 @@ const (
 	simMaxMessagesPerRun = 100
 	simBatchSize         = 8           // jobs.BatchSizeDefault
 	simBatchRecent       = time.Second // jobs.batchRecent
+	simReadyCountMax     = 256         // jobs.ReadyCountMax
 )
 
 type simTenant struct {
@@ -170,6 +171,8 @@ type sim struct {
 	roomUsed, sending time.Duration
 	inFlight          int
 	waits, waitsHung  int
+	// reads counts the reads of the ready set's summary.
+	reads int
 }
 
 func (m *sim) at(d time.Duration, f func()) {
@@ -307,12 +310,20 @@ func (m *sim) wakeOne() {
 	}
 }
 
-// rows is the ready set's summary (ordo's ActiveTenantsQuery).
+// refresh reads the ready set's summary into the model, and counts it.
+func (m *sim) refresh() {
+	m.reads++
+	m.s.Refresh(m.now, m.rows())
+}
+
+// rows is the ready set's summary (ordo's ActiveTenantsQuery): each
+// tenant's earliest due time, and how many of its conversations are due
+// now, up to simReadyCountMax.
 func (m *sim) rows() []Due {
 	var out []Due
 	for _, tn := range m.tenants {
 		var first time.Time
-		found := false
+		found, ready := false, 0
 		for _, cv := range m.convs[tn.id] {
 			if !cv.inReady {
 				continue
@@ -321,12 +332,15 @@ func (m *sim) rows() []Due {
 			if cv.running {
 				due = m.now.Add(simLease)
 			}
+			if !due.After(m.now) {
+				ready = min(ready+1, simReadyCountMax)
+			}
 			if !found || due.Before(first) {
 				first, found = due, true
 			}
 		}
 		if found {
-			out = append(out, Due{Turn: Turn{Tenant: tn.id, Weight: tn.c.weight, Cap: tn.c.cap}, DueIn: first.Sub(m.now)})
+			out = append(out, Due{Turn: Turn{Tenant: tn.id, Weight: tn.c.weight, Cap: tn.c.cap}, DueIn: first.Sub(m.now), Ready: ready})
 		}
 	}
 	return out
@@ -360,7 +374,7 @@ func (m *sim) take(r *simRunner) {
 	}
 	n, t, urgent, d := Take(m.s, &m.room, m.now, simBatchSize, want, false)
 	if d == Refresh {
-		m.s.Refresh(m.now, m.rows())
+		m.refresh()
 		n, t, urgent, _ = Take(m.s, &m.room, m.now, simBatchSize, want, true)
 	}
 	if n == 0 {
@@ -386,7 +400,7 @@ func (m *sim) take(r *simRunner) {
 	if !urgent {
 		t, d = m.s.Pick(m.now, false)
 		if d == Refresh {
-			m.s.Refresh(m.now, m.rows())
+			m.refresh()
 			t, d = m.s.Pick(m.now, true)
 		}
 		if d != Go {
@@ -514,6 +528,7 @@ func (m *sim) sent(r *simRunner) {
 	case m.now.Sub(r.started) >= simTurnSlice && m.s.HandOff(m.now, tn.id):
 		m.yield(r)
 	default:
+		m.s.Sent(tn.id, 1)
 		m.next(r, 0)
 	}
 }
@@ -585,11 +600,7 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 // and no cap is exceeded.
 func TestSimulatedFairness(t *testing.T) {
 	t.Parallel()
-	seeds := []uint64{1, 2, 3}
-	if raceEnabled {
-		seeds = seeds[:1]
-	}
-	for _, seed := range seeds {
+	for _, seed := range seeds() {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			t.Parallel()
 			cfg := simConfig{

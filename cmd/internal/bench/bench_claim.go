@@ -125,7 +125,7 @@ func (b *benchEnv) claimCase(ctx context.Context, cc claimCase) (benchResult, er
 	rounds := max(3, 3000/cc.active)
 	for round := range rounds + 1 {
 		start := time.Now()
-		rows, _ := conn.Query(ctx, jobs.ActiveTenantsQuery)
+		rows, _ := conn.Query(ctx, jobs.ActiveTenantsQuery, jobs.ReadyCountMax)
 		ids, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (int64, error) {
 			var (
 				id     int64
