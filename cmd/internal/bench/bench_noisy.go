@@ -365,7 +365,12 @@ func queueBurst(ctx context.Context, pool *pgxpool.Pool, system, slug string, n,
 func (b *benchEnv) offerQuiet(ctx context.Context, n int, addr string, keys []string, wa *whatsapptest.Server, ph *noisyPhase, users bool) error {
 	client := &http.Client{Timeout: 30 * time.Second}
 	defer client.CloseIdleConnections()
-	if err := warmQuiet(ctx, client, n, addr, keys, wa, ph); err != nil {
+	if err := warmQuiet(ctx, client, n, addr, keys, wa, ph); errors.Is(err, errWarmUpLate) {
+		// A system without fairness (river-plain: one queue, first in
+		// first out) keeps the quiet tenants behind the burst: that is
+		// what this scenario measures, so it goes on and times them.
+		b.logf("noisy: %v; timing the quiet tenants all the same", err)
+	} else if err != nil {
 		return err
 	}
 	// And its send answered and recorded: the first timed message would
@@ -455,13 +460,17 @@ func warmQuiet(ctx context.Context, client *http.Client, n int, addr string, key
 		for len(wa.SendsTo(quietConv(n, q, quietWarmUp))) == 0 {
 			select {
 			case <-wctx.Done():
-				return fmt.Errorf("warm-up: quiet-%d's message not sent within 30 s", q)
+				return fmt.Errorf("%w: quiet-%d's message", errWarmUpLate, q)
 			case <-time.After(5 * time.Millisecond):
 			}
 		}
 	}
 	return nil
 }
+
+// errWarmUpLate: a quiet tenant's warm-up message was not sent within
+// 30 s.
+var errWarmUpLate = errors.New("warm-up not sent within 30 s")
 
 // quietWarmUp is the index of a quiet tenant's warm-up message (quietConv):
 // beyond any timed one's.
