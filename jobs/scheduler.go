@@ -24,9 +24,9 @@ import (
 
 // ActiveTenantsQuery lists each tenant with a conversation in the ready set
 // and its earliest due time: a loose index scan of ready_tenant_due_idx, one
-// probe per such tenant, whatever the number of conversations; and how many
-// of its conversations are due now, counted up to ReadyCountMax along the
-// same index. Exported for the benchmark, which measures its cost (`make
+// probe per such tenant, whatever the number of conversations; how many of
+// its conversations are due now, counted up to ReadyCountMax along the
+// same index; and when the earliest of its others is due. Exported for the benchmark, which measures its cost (`make
 // bench ARGS="--scenario claim"`).
 const ActiveTenantsQuery = `
 WITH RECURSIVE t AS (
@@ -37,7 +37,8 @@ WITH RECURSIVE t AS (
         ORDER BY r.tenant_id, r.due_at LIMIT 1) n
 )
 SELECT t.tenant_id, extract(epoch FROM t.due_at - now()) * 1000, tn.weight, tn.max_concurrency,
-       (SELECT count(*) FROM (SELECT FROM ordo.ready r WHERE r.tenant_id = t.tenant_id AND r.due_at <= now() LIMIT $1) n)
+       (SELECT count(*) FROM (SELECT FROM ordo.ready r WHERE r.tenant_id = t.tenant_id AND r.due_at <= now() LIMIT $1) n),
+       coalesce(extract(epoch FROM (SELECT min(r.due_at) FROM ordo.ready r WHERE r.tenant_id = t.tenant_id AND r.due_at > now()) - now()) * 1000, 0)
 FROM t JOIN ordo.tenants tn ON tn.id = t.tenant_id`
 
 // ReadyCountMax bounds how many of a tenant's due conversations a read of
@@ -289,12 +290,13 @@ func (s *scheduler) refresh(ctx context.Context) error {
 	rows, err := s.pool.Query(ctx, ActiveTenantsQuery, ReadyCountMax)
 	if err == nil {
 		var (
-			due   []fair.Due
-			d     fair.Due
-			dueIn float64
+			due          []fair.Due
+			d            fair.Due
+			dueIn, later float64
 		)
-		_, err = pgx.ForEachRow(rows, []any{&d.Tenant, &dueIn, &d.Weight, &d.Cap, &d.Ready}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&d.Tenant, &dueIn, &d.Weight, &d.Cap, &d.Ready, &later}, func() error {
 			d.DueIn = time.Duration(dueIn * float64(time.Millisecond))
+			d.Later = time.Duration(later * float64(time.Millisecond))
 			due = append(due, d)
 			return nil
 		})

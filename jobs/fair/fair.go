@@ -75,6 +75,9 @@ type Due struct {
 	// Ready is how many of its conversations are due now, as far as the
 	// summary counted them (0: not counted, as many as it takes).
 	Ready int
+	// Later is, for a tenant with conversations due now, how long until
+	// the earliest of its others is due (0: none, or not read).
+	Later time.Duration
 }
 
 // readyUncounted stands for a count the summary did not give.
@@ -689,12 +692,24 @@ func (s *Scheduler) Refresh(now time.Time, rows []Due) {
 	if !midRound {
 		round = s.round[:0]
 	}
+	// The next due time: a poll interval at most, the earliest a tenant
+	// not due now has, the earliest after now of a tenant due now, and a
+	// park of this process's still ahead (DueIn). Without the last two a
+	// paced tenant's conversations, each due at its send slot, waited for
+	// the poll once the one due at the read was claimed (80/s paced sent
+	// 29 a second).
 	next := now.Add(s.cfg.Poll)
+	if s.nextDue.After(now) && s.nextDue.Before(next) {
+		next = s.nextDue
+	}
 	ready := map[int64]int{}
 	for _, r := range rows {
 		s.known[r.Tenant] = r.Turn
 		if r.DueIn <= 0 {
 			ready[r.Tenant] = cmp.Or(r.Ready, readyUncounted)
+			if r.Later > 0 && now.Add(r.Later).Before(next) {
+				next = now.Add(r.Later)
+			}
 		}
 		if at, blocked := s.blocked[r.Tenant]; blocked {
 			// It sits out while something of its is due and nothing may

@@ -97,6 +97,9 @@ type simConv struct {
 	running   bool
 	due       time.Time
 	waitingAt time.Time // when it became due while idle (for waits)
+	// slot is the send slot it waits for in the ready set (paced), kept
+	// for its next claim as ordo.reserve_send keeps it on the conversation.
+	slot time.Time
 }
 
 type simRunner struct {
@@ -317,12 +320,12 @@ func (m *sim) refresh() {
 }
 
 // rows is the ready set's summary (ordo's ActiveTenantsQuery): each
-// tenant's earliest due time, and how many of its conversations are due
-// now, up to simReadyCountMax.
+// tenant's earliest due time, how many of its conversations are due now,
+// up to simReadyCountMax, and when the earliest of its others is due.
 func (m *sim) rows() []Due {
 	var out []Due
 	for _, tn := range m.tenants {
-		var first time.Time
+		var first, later time.Time
 		found, ready := false, 0
 		for _, cv := range m.convs[tn.id] {
 			if !cv.inReady {
@@ -334,13 +337,19 @@ func (m *sim) rows() []Due {
 			}
 			if !due.After(m.now) {
 				ready = min(ready+1, simReadyCountMax)
+			} else if later.IsZero() || due.Before(later) {
+				later = due
 			}
 			if !found || due.Before(first) {
 				first, found = due, true
 			}
 		}
 		if found {
-			out = append(out, Due{Turn: Turn{Tenant: tn.id, Weight: tn.c.weight, Cap: tn.c.cap}, DueIn: first.Sub(m.now), Ready: ready})
+			d := Due{Turn: Turn{Tenant: tn.id, Weight: tn.c.weight, Cap: tn.c.cap}, DueIn: first.Sub(m.now), Ready: ready}
+			if ready > 0 && !later.IsZero() {
+				d.Later = later.Sub(m.now)
+			}
+			out = append(out, d)
 		}
 	}
 	return out
@@ -491,17 +500,20 @@ func (m *sim) next(r *simRunner, after time.Duration) {
 	tn := cv.t
 	if tn.c.gap > 0 {
 		slot := m.now.Add(after)
-		if tn.nextSlot.After(slot) {
-			slot = tn.nextSlot
+		switch {
+		case !cv.slot.IsZero(): // the one it waited for
+			slot, cv.slot = maxTime(slot, cv.slot), time.Time{}
+		default:
+			slot = maxTime(slot, tn.nextSlot)
+			tn.nextSlot = slot.Add(tn.c.gap)
 		}
 		if wait := slot.Sub(m.now); wait > simPaceMaxSleep {
 			// A slot further out: the conversation waits for it in the
 			// ready set, holding no worker (it keeps its slot).
-			tn.nextSlot = slot.Add(tn.c.gap)
+			cv.slot = slot
 			m.park(r, wait)
 			return
 		}
-		tn.nextSlot = slot.Add(tn.c.gap)
 		after = slot.Sub(m.now)
 	}
 	m.at(after, func() {
@@ -511,6 +523,13 @@ func (m *sim) next(r *simRunner, after time.Duration) {
 			m.sent(r)
 		})
 	})
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (m *sim) sent(r *simRunner) {
