@@ -202,15 +202,13 @@ func (s *Scheduler) NoteDue(now time.Time, tenant int64) {
 // join puts t in the round, at its end, with n due conversations to claim
 // (or keeps its place, with n).
 func (s *Scheduler) join(t Turn, n int) {
-	if s.ready[t.Tenant] > 0 {
-		s.ready[t.Tenant] = min(n, readyUncounted)
-		return
+	if s.ready[t.Tenant] <= 0 { // not in the round
+		if s.pos >= len(s.round) {
+			s.left = t.Weight
+		}
+		s.round = append(s.round, t)
 	}
 	s.ready[t.Tenant] = min(n, readyUncounted)
-	if s.pos >= len(s.round) {
-		s.left = t.Weight
-	}
-	s.round = append(s.round, t)
 }
 
 // claimed counts n of tenant's due conversations as claimed; at none left

@@ -28,13 +28,10 @@ func TestSimulatedPacedTenantSendsAtItsRate(t *testing.T) {
 				campaigns: []campaign{{weight: 1, conversations: 800, messages: 10, gap: 12500 * time.Microsecond}},
 			}
 			m := runSim(t, cfg)
-			perSecond := map[int64]int{}
-			for _, at := range m.tenants[0].sends {
-				perSecond[at.Unix()]++
-			}
+			sent := perSecond(m.tenants[0])
 			t.Logf("%d sent in %s; %d reads of the ready set", m.tenants[0].sent, cfg.duration, m.reads)
 			for sec := m.start.Unix() + 1; sec < m.start.Unix()+11; sec++ {
-				if n := perSecond[sec]; n < 76 || n > 82 {
+				if n := sent[sec]; n < 76 || n > 82 {
 					t.Errorf("sent %d in second %d of its backlog; want its rate, 80 a second", n, sec-m.start.Unix())
 				}
 			}

@@ -601,6 +601,15 @@ func (m *sim) count(tn *simTenant) {
 	}
 }
 
+// perSecond counts tn's sends in each second of virtual time.
+func perSecond(tn *simTenant) map[int64]int {
+	n := map[int64]int{}
+	for _, at := range tn.sends {
+		n[at.Unix()]++
+	}
+	return n
+}
+
 func quantile(ds []time.Duration, q float64) time.Duration {
 	if len(ds) == 0 {
 		return 0
@@ -664,12 +673,7 @@ func TestSimulatedFairness(t *testing.T) {
 			if capped.most > capped.c.cap || capped.sent == 0 {
 				t.Errorf("capped tenant: %d at once (cap %d), %d sent", capped.most, capped.c.cap, capped.sent)
 			}
-			paced := m.tenants[5]
-			perSecond := map[int64]int{}
-			for _, at := range paced.sends {
-				perSecond[at.Unix()]++
-			}
-			for sec, n := range perSecond {
+			for sec, n := range perSecond(m.tenants[5]) {
 				if n > 82 {
 					t.Errorf("paced tenant sent %d in second %d; its rate is 80/s", n, sec)
 				}
