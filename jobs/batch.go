@@ -97,7 +97,11 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 	gathering := false
 	gather := func(on bool) { // at a round's start
 		if on || gathering {
-			r.sched.gather(b.tenant, on, gathering)
+			room := 0 // how many more it takes in
+			if on {
+				room = r.cfg.BatchSize - own
+			}
+			r.sched.gather(b.tenant, room, gathering)
 			gathering = on
 		}
 	}

@@ -156,16 +156,16 @@ func (s *scheduler) alone(tenant int64) bool {
 	return s.m.Alone(time.Now(), tenant)
 }
 
-// gather: a batch of tenant starts a round after which it takes in more of
-// the tenant's conversations (on), or stopped doing so; was is what it
-// said last (fair.Scheduler.Gather). When the tenant's last batch stops, a
-// runner is woken to claim what the batches did not take.
-func (s *scheduler) gather(tenant int64, on, was bool) {
+// gather: a batch of tenant starts a round after which it takes in up to
+// room more of the tenant's conversations, or stopped doing so (0); was is
+// what it said last (fair.Scheduler.Gather). When the tenant's last batch
+// stops, a runner is woken to claim what the batches did not take.
+func (s *scheduler) gather(tenant int64, room int, was bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	s.m.Gather(now, tenant, on, was)
-	if !on && was && !s.m.Gathering(now, tenant) {
+	s.m.Gather(now, tenant, room, was)
+	if room == 0 && was && !s.m.Gathering(now, tenant) {
 		s.wakeLocked()
 	}
 }

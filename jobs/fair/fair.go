@@ -47,7 +47,8 @@
 //     while that batch is gathering (Gather), the tenant sits out of the
 //     round, and its conversations that become due meanwhile join the
 //     batch instead of starting batches of one or two of their own — for
-//     at most a turn slice of one round.
+//     at most a turn slice of one round, and no more of them than the
+//     batch has room for.
 //     With another tenant due, batches do not refill, and a batch past
 //     its turn slice ends: the workers go by the round, by weight.
 //   - Each process keeps its own model; a tenant's cap holds across
@@ -165,8 +166,9 @@ type Scheduler struct {
 }
 
 type gathering struct {
-	n  int
-	at time.Time
+	n    int
+	at   time.Time
+	room int // the room of the batch whose round began last
 }
 
 // New returns a model that reads the ready set before its first round.
@@ -432,24 +434,25 @@ func (s *Scheduler) Alone(now time.Time, tenant int64) bool {
 }
 
 // Gather records that a batch of tenant running in this process starts a
-// round at now after which it takes in more of the tenant's conversations
-// (on: it has room for more, and the tenant is Alone), or that it stopped
-// doing so. While one does, the tenant sits out of the round: its
-// conversations that become due meanwhile wait for that round's end, not
-// for a claim — but not past a turn slice of one round (a send that
-// hangs must not hold the tenant's others). When the last stops, the
-// tenant is back in the round with what became due meanwhile and its
-// batches did not take (Refilled): the caller wakes a runner. (It read
-// the ready set for that, after every batch: a read a message in a
-// trickle.)
-func (s *Scheduler) Gather(now time.Time, tenant int64, on, was bool) {
+// round at now after which it takes in up to room more of the tenant's
+// conversations (room > 0: it has room for more, and the tenant is
+// Alone), or that it stopped doing so (room 0); was is what it said last.
+// While one does, the tenant sits out of the round: its conversations that
+// become due meanwhile wait for that round's end, not for a claim — but
+// not past a turn slice of one round (a send that hangs must not hold the
+// tenant's others), and not beyond the room of the batch whose round
+// began last (Gathering). When the last stops, the tenant is back in the
+// round with what became due meanwhile and its batches did not take
+// (Refilled): the caller wakes a runner. (It read the ready set for that,
+// after every batch: a read a message in a trickle.)
+func (s *Scheduler) Gather(now time.Time, tenant int64, room int, was bool) {
 	g := s.gathering[tenant]
 	switch {
-	case on:
+	case room > 0:
 		if !was {
 			g.n++
 		}
-		g.at = now
+		g.at, g.room = now, room
 		s.gathering[tenant] = g
 	case was:
 		if g.n--; g.n <= 0 {
@@ -476,10 +479,14 @@ func (s *Scheduler) Merge(tenant int64, own, most int) bool {
 }
 
 // Gathering says whether a batch of tenant gathers at now in this process
-// (Gather), within a turn slice of its round's start.
+// (Gather), within a turn slice of its round's start, with room for the
+// tenant's conversations due now. Beyond that room they are for claims:
+// while one batch's send hung, another's gathering kept the tenant out of
+// the round, and its due conversations waited for that batch's few free
+// places — up to 3 s — with every runner idle (sim_gather_test.go, seed 10).
 func (s *Scheduler) Gathering(now time.Time, tenant int64) bool {
 	g, ok := s.gathering[tenant]
-	return ok && now.Sub(g.at) < s.cfg.Slice
+	return ok && now.Sub(g.at) < s.cfg.Slice && s.ready[tenant] <= g.room
 }
 
 // Running is how many drains of tenant run in this process.

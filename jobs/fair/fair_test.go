@@ -34,6 +34,11 @@ func due(tenant int64, weight, cap int, in time.Duration) Due {
 	return Due{Turn: Turn{Tenant: tenant, Weight: weight, Cap: cap}, DueIn: in}
 }
 
+// dueNow is a row of tenant with ready conversations due now.
+func dueNow(tenant int64, weight, ready int) Due {
+	return Due{Turn: Turn{Tenant: tenant, Weight: weight}, Ready: ready}
+}
+
 // servedBeyondRoom: with the room full, a free runner's Take at later
 // reads the ready set, which shows tenant 2's conversation due since a
 // moment before (its notification lost), and then serves tenant 2 as
@@ -389,13 +394,13 @@ func TestModel(t *testing.T) {
 			}
 		}},
 		{"a tenant alone whose batch gathers sits out; back when it stops", func(t *testing.T, s *Scheduler) {
-			rows := []Due{due(1, 1, 0, 0)}
+			rows := []Due{dueNow(1, 1, 1)}
 			picks(s, t0, rows, 1)
 			s.PassOn(1, true)
 			if !s.Alone(t0, 1) {
 				t.Fatal("tenant 1 is the only one due, yet not alone")
 			}
-			s.Gather(t0, 1, true, false)
+			s.Gather(t0, 1, 4, false)
 			s.NoteDue(t0, 1) // its next conversation: for the batch's refill
 			if got := picks(s, t0, rows, 2); !slices.Equal(got, []int64{0, 0}) {
 				t.Fatalf("picks %v while its batch gathers; want none", got)
@@ -404,8 +409,8 @@ func TestModel(t *testing.T) {
 				t.Fatalf("wait %s; want the round's slice", w)
 			}
 			next := t0.Add(10 * time.Millisecond) // the batch's next round
-			s.Gather(next, 1, true, true)
-			s.Gather(next, 1, false, true)
+			s.Gather(next, 1, 4, true)
+			s.Gather(next, 1, 0, true)
 			if got := picks(s, next, rows, 1); got[0] != 1 {
 				t.Fatalf("picks %v after its batch stopped gathering; want 1", got)
 			}
@@ -413,10 +418,10 @@ func TestModel(t *testing.T) {
 		{"a gathering round that outlasts its slice lets claims go to the tenant", func(t *testing.T, s *Scheduler) {
 			// A send that hangs must not hold the tenant's other
 			// conversations for the whole send timeout.
-			rows := []Due{due(1, 1, 0, 0)}
+			rows := []Due{dueNow(1, 1, 1)}
 			picks(s, t0, rows, 1)
 			s.PassOn(1, true)
-			s.Gather(t0, 1, true, false)
+			s.Gather(t0, 1, 4, false)
 			late := t0.Add(100 * time.Millisecond)
 			if got := picks(s, late, rows, 1); got[0] != 1 {
 				t.Fatalf("picks %v a slice into a gathering round; want 1", got)
@@ -428,7 +433,7 @@ func TestModel(t *testing.T) {
 			// a time until the send returns.
 			picks(s, t0, []Due{due(1, 1, 0, 0)}, 1)
 			s.PassOn(1, false)
-			s.Gather(t0, 1, true, false)
+			s.Gather(t0, 1, 4, false)
 			if w := s.Wait(t0.Add(40 * time.Millisecond)); w != 60*time.Millisecond {
 				t.Fatalf("wait %s 40ms into the gathering round; want the 60ms left of its slice", w)
 			}
@@ -452,20 +457,42 @@ func TestModel(t *testing.T) {
 				t.Fatal("tenant 2 waits for a worker, yet 1 is alone")
 			}
 		}},
-		{"a gathering tenant's visits go to the others of the round", func(t *testing.T, s *Scheduler) {
-			rows := []Due{due(1, 2, 0, 0), due(2, 1, 0, 0)}
+		{"a gathering batch holds back no more of its tenant's conversations than it has room for", func(t *testing.T, s *Scheduler) {
+			// A batch with room for 2 more gathers; 3 conversations of its
+			// tenant become due: they are for claims, not for it (while
+			// another batch's send hung, every runner sat idle beside a
+			// backlog that one batch's few places could not take).
+			rows := []Due{dueNow(1, 1, 1)}
 			picks(s, t0, rows, 1)
-			s.Gather(t0, 1, true, false)
+			s.PassOn(1, true)
+			s.Gather(t0, 1, 2, false)
+			s.NoteDue(t0, 1)
+			if !s.Gathering(t0, 1) {
+				t.Fatal("one due conversation and room for 2, yet the batch does not gather")
+			}
+			s.NoteDue(t0, 1)
+			s.NoteDue(t0, 1)
+			if s.Gathering(t0, 1) {
+				t.Fatal("3 due conversations and room for 2, yet the tenant still sits out")
+			}
+			if got := picks(s, t0, rows, 1); got[0] != 1 {
+				t.Fatalf("picks %v beside a full gathering batch; want 1", got)
+			}
+		}},
+		{"a gathering tenant's visits go to the others of the round", func(t *testing.T, s *Scheduler) {
+			rows := []Due{dueNow(1, 2, 2), due(2, 1, 0, 0)}
+			picks(s, t0, rows, 1)
+			s.Gather(t0, 1, 4, false)
 			if got := picks(s, t0, rows, 3); !slices.Equal(got, []int64{2, 2, 2}) {
 				t.Fatalf("picks %v; want only tenant 2 while 1 gathers", got)
 			}
 		}},
 		{"of two batches of a tenant gathering, the smaller half yields its room", func(t *testing.T, s *Scheduler) {
-			s.Gather(t0, 1, true, false)
+			s.Gather(t0, 1, 4, false)
 			if s.Merge(1, 1, 8) {
 				t.Fatal("a lone gathering batch asked to yield")
 			}
-			s.Gather(t0, 1, true, false) // a second batch of tenant 1
+			s.Gather(t0, 1, 4, false) // a second batch of tenant 1
 			if !s.Merge(1, 3, 8) || !s.Merge(1, 4, 8) {
 				t.Fatal("a batch of half or less beside another did not yield")
 			}

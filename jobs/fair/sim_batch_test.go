@@ -107,7 +107,11 @@ func (m *sim) gather(b *simBatch, on bool) {
 	if !on && !b.gathering {
 		return
 	}
-	m.s.Gather(m.now, b.tn.id, on, b.gathering)
+	room := 0
+	if on {
+		room = simBatchSize - b.own
+	}
+	m.s.Gather(m.now, b.tn.id, room, b.gathering)
 	if !on && b.gathering && !m.s.Gathering(m.now, b.tn.id) {
 		m.wakeOne()
 	}
