@@ -408,7 +408,7 @@ func (r *Runner) endAlone(ctx, rctx context.Context, conn *pgxpool.Conn, b *batc
 	// hold others of the batch still.
 	s := &session{conn: conn, conv: c.conv, fence: c.fence, lease: d.cfg.Lease, after: d.cfg.Lease.Milliseconds(), heard: time.Now()}
 	// The lease restarts with this statement, heard just before it.
-	if _, err := conn.Exec(rctx, refreshQuery, c.conv, c.fence); err != nil {
+	if _, err := conn.Exec(rctx, checkFence, c.conv, c.fence); err != nil {
 		if err = s.written(err); errors.Is(err, ErrFenced) {
 			return s.close()
 		}

@@ -237,40 +237,64 @@ func (r *run) next(ctx context.Context, head int64) (message, []step, error) {
 func scanNext(rows pgx.Rows) (message, []step, error) {
 	defer rows.Close()
 	var (
-		m        message
-		steps    []step
-		found    bool
-		told     *string
-		toldWait *time.Duration
+		m     message
+		steps []step
+		last  *messageRow
 	)
 	for rows.Next() {
-		var (
-			st   step
-			id   *int64
-			idx  *int
-			kind *string
-			stat *string
-			att  *int
-		)
-		if err := rows.Scan(&m.pk, &m.id, &m.seq, &m.direction, &m.payload,
-			&id, &idx, &kind, &stat, &st.request, &att, &st.sinceStart, &st.providerStatus, &st.providerID, &st.started, &told, &toldWait); err != nil {
+		last = &messageRow{}
+		if err := rows.Scan(last.dest()...); err != nil {
 			return message{}, nil, fmt.Errorf("read next message: %w", err)
 		}
-		found = true
-		if id != nil {
-			st.id, st.idx, st.kind, st.status, st.attempts = *id, *idx, *kind, *stat, *att
-			steps = append(steps, st)
-		}
+		last.collect(&m, &steps)
 	}
 	if err := rows.Err(); err != nil {
 		return message{}, nil, fmt.Errorf("read next message: %w", err)
 	}
-	if !found {
+	if last == nil {
 		return message{}, nil, pgx.ErrNoRows
 	}
 	steps = firstSteps(m, steps)
-	toldFirst(steps, told, toldWait)
+	toldFirst(steps, last.told, last.toldWait)
 	return m, steps, nil
+}
+
+// messageRow is a row of a message and one of its steps, as nextQuery,
+// ordo.next_step and ordo.claim return them: the step's columns NULL when
+// it has none yet, the message's (from ordo.claim) when there is none.
+// told is the message's own: the same on each of its rows.
+type messageRow struct {
+	pk, seq, stepID       *int64
+	id, dir, kind, status *string
+	idx, attempts         *int
+	payload               []byte
+	st                    step
+	started               *bool
+	told                  *string
+	toldWait              *time.Duration
+}
+
+// dest is the row's columns, for Scan (after the caller's own).
+func (r *messageRow) dest(before ...any) []any {
+	return append(before, &r.pk, &r.id, &r.seq, &r.dir, &r.payload,
+		&r.stepID, &r.idx, &r.kind, &r.status, &r.st.request, &r.attempts, &r.st.sinceStart, &r.st.providerStatus, &r.st.providerID, &r.started,
+		&r.told, &r.toldWait)
+}
+
+// collect sets m from the row and adds its step to steps; false when the
+// row holds no message.
+func (r *messageRow) collect(m *message, steps *[]step) bool {
+	if r.pk == nil {
+		return false
+	}
+	*m = message{pk: *r.pk, id: *r.id, seq: *r.seq, direction: *r.dir, payload: r.payload}
+	if r.stepID != nil {
+		st := r.st
+		st.id, st.idx, st.kind, st.status, st.attempts = *r.stepID, *r.idx, *r.kind, *r.status, *r.attempts
+		st.started = r.started != nil && *r.started
+		*steps = append(*steps, st)
+	}
+	return true
 }
 
 // stop ends a drain on err; a fenced write means another drain owns the

@@ -241,22 +241,23 @@ func (r *Runner) drainClaimed(ctx context.Context, s *session, st convState, nam
 // false when the connection cannot be used again.
 func (r *Runner) end(ctx context.Context, s *session, end ended, err error) bool {
 	d := r.drainer
+	park := func(wait time.Duration) {
+		if perr := s.park(ctx, wait); perr != nil && !errors.Is(perr, ErrFenced) {
+			d.logger.WarnContext(ctx, "park conversation", slog.Int64("conversation", s.conv), slog.String("error", perr.Error()))
+		}
+	}
 	switch {
-	case err == nil && end.parked:
-		r.sched.dueIn(end.wait)
-	case err == nil && end.park:
-		if perr := s.park(ctx, end.wait); perr != nil && !errors.Is(perr, ErrFenced) {
-			d.logger.WarnContext(ctx, "park conversation", slog.Int64("conversation", s.conv), slog.String("error", perr.Error()))
+	case err == nil && (end.park || end.parked):
+		if end.park {
+			park(end.wait)
 		}
 		r.sched.dueIn(end.wait)
-	case err != nil && !s.broken:
-		// An infrastructure error on a connection that still works: try
-		// again after a pause rather than after the lease.
-		if perr := s.park(ctx, d.cfg.DrainErrorDelay); perr != nil && !errors.Is(perr, ErrFenced) {
-			d.logger.WarnContext(ctx, "park conversation", slog.Int64("conversation", s.conv), slog.String("error", perr.Error()))
-		}
-		fallthrough
 	case err != nil:
+		if !s.broken {
+			// An infrastructure error on a connection that still works:
+			// try again after a pause rather than after the lease.
+			park(d.cfg.DrainErrorDelay)
+		}
 		if ctx.Err() == nil && !r.waitedOut(err) {
 			d.logger.WarnContext(ctx, "drain failed", slog.Int64("conversation", s.conv), slog.String("error", err.Error()))
 		}

@@ -81,8 +81,7 @@ func newScheduler(pool *pgxpool.Pool, poll, refreshMin, slice time.Duration, run
 func (s *scheduler) noteDue(tenant int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.m.NoteDue(time.Now(), tenant)
-	s.wakeLocked()
+	s.wake(s.m.NoteDue(time.Now(), tenant))
 	if s.onDue != nil {
 		s.onDue()
 	}
@@ -95,10 +94,7 @@ func (s *scheduler) decide(ctx context.Context, ask func(now time.Time, fresh bo
 	if d != fair.Refresh {
 		return d
 	}
-	if err := s.refresh(ctx); err != nil {
-		if ctx.Err() == nil && !s.db.Down() {
-			s.logger.WarnContext(ctx, "read tenants with due conversations", slog.String("error", err.Error()))
-		}
+	if s.refresh(ctx) != nil {
 		return fair.None
 	}
 	return ask(time.Now(), true)
@@ -124,10 +120,7 @@ func (s *scheduler) take(ctx context.Context, r *room, most, want int) (n int, t
 			// every poll from each runner waiting for room).
 			return n, t, urgent
 		}
-		if err := s.refresh(ctx); err != nil {
-			if ctx.Err() == nil && !s.db.Down() {
-				s.logger.WarnContext(ctx, "read tenants with due conversations", slog.String("error", err.Error()))
-			}
+		if s.refresh(ctx) != nil {
 			return 0, fair.Turn{}, false
 		}
 	}
@@ -158,16 +151,11 @@ func (s *scheduler) alone(tenant int64) bool {
 
 // gather: a batch of tenant starts a round after which it takes in up to
 // room more of the tenant's conversations, or stopped doing so (0); was is
-// what it said last (fair.Scheduler.Gather). When the tenant's last batch
-// stops, a runner is woken to claim what the batches did not take.
+// what it said last (fair.Scheduler.Gather).
 func (s *scheduler) gather(tenant int64, room int, was bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
-	s.m.Gather(now, tenant, room, was)
-	if room == 0 && was && !s.m.Gathering(now, tenant) {
-		s.wakeLocked()
-	}
+	s.wake(s.m.Gather(time.Now(), tenant, room, was))
 }
 
 // took: a claim of tenant took a batch of n conversations, which the
@@ -202,15 +190,12 @@ func (s *scheduler) merge(tenant int64, own, most int) bool {
 	return s.m.Merge(tenant, own, most)
 }
 
-// released: a drain of tenant in this process ended. When it held one of
-// the tenant's concurrency slots (capped), a runner is woken to use it.
+// released: a drain of tenant in this process ended, holding one of the
+// tenant's concurrency slots or not (capped; fair.Scheduler.Released).
 func (s *scheduler) released(tenant int64, capped bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.m.Released(time.Now(), tenant, capped)
-	if capped {
-		s.wakeLocked()
-	}
+	s.wake(s.m.Released(time.Now(), tenant, capped))
 }
 
 // dueIn: a drain of this process parked its conversation for d.
@@ -220,35 +205,26 @@ func (s *scheduler) dueIn(d time.Duration) {
 	s.m.DueIn(time.Now(), d)
 }
 
-// wakeLocked wakes the runner that has waited longest, or leaves the
-// wake-up to the next runner that would wait. Called with mu held.
-func (s *scheduler) wakeLocked() {
-	if !s.wakeWaiter() {
+// wake wakes the runners the model says (fair.Wake): the one that has
+// waited longest, or with none waiting the next that would wait. Called
+// with mu held.
+func (s *scheduler) wake(w fair.Wake) {
+	switch {
+	case w == fair.WakeNone:
+	case len(s.waiters) > 0:
+		close(s.waiters[0])
+		s.waiters = s.waiters[1:]
+	case w == fair.WakeOne:
 		s.wakeups = min(s.wakeups+1, s.maxWakeups)
 	}
 }
 
-// wakeWaiter wakes the runner that has waited longest, if one waits.
-// Called with mu held.
-func (s *scheduler) wakeWaiter() bool {
-	if len(s.waiters) == 0 {
-		return false
-	}
-	close(s.waiters[0])
-	s.waiters = s.waiters[1:]
-	return true
-}
-
-// passOn: a runner claimed a conversation of tenant; with more (another
-// was due behind it) it wakes one more runner, if one waits: there may be
-// more to claim than the notifications that came said.
+// passOn: a runner claimed a conversation of tenant, and another was due
+// behind it or not (more; fair.Scheduler.PassOn).
 func (s *scheduler) passOn(tenant int64, more bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.m.PassOn(tenant, more)
-	if more && !s.m.Gathering(time.Now(), tenant) {
-		s.wakeWaiter()
-	}
+	s.wake(s.m.PassOn(time.Now(), tenant, more))
 }
 
 // wakeAll wakes every waiting runner (a stop, or a listener that just
@@ -283,8 +259,8 @@ func (s *scheduler) missed(tenant int64, asked time.Time) {
 	s.m.Missed(time.Now(), tenant, asked)
 }
 
-// refresh reads the ready set's summary into the model. Called with mu
-// held.
+// refresh reads the ready set's summary into the model; a failure is
+// logged unless Postgres's watch has it. Called with mu held.
 func (s *scheduler) refresh(ctx context.Context) error {
 	s.reads.Add(1)
 	rows, err := s.pool.Query(ctx, ActiveTenantsQuery, ReadyCountMax)
@@ -307,7 +283,9 @@ func (s *scheduler) refresh(ctx context.Context) error {
 	if err != nil {
 		s.m.RefreshFailed()
 	}
-	s.db.Report(err, ordosql.Unavailable)
+	if !s.db.Report(err, ordosql.Unavailable) && err != nil && ctx.Err() == nil {
+		s.logger.WarnContext(ctx, "read tenants with due conversations", slog.String("error", err.Error()))
+	}
 	return err
 }
 

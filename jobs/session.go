@@ -67,7 +67,9 @@ func (s *session) leaseLeft() time.Duration {
 	return time.Until(s.heard.Add(s.lease - leaseMargin(s.lease)))
 }
 
-const refreshQuery = `SELECT ordo.check_fence($1, $2)`
+// checkFence renews the lease (the statement restarts the session's idle
+// timer) and fails when another drain took the conversation over.
+const checkFence = `SELECT ordo.check_fence($1, $2)`
 
 // stretchQuery lengthens the drain's lease for one external call longer
 // than a lease (a tenant's handler_timeout_ms may be up to 10 minutes): the
@@ -102,7 +104,7 @@ func (s *session) callContext(ctx context.Context, timeout time.Duration) (conte
 			s.lease = need
 		} else {
 			s.touch()
-			if _, err := s.conn.Exec(ctx, refreshQuery, s.conv, s.fence); err != nil {
+			if _, err := s.conn.Exec(ctx, checkFence, s.conv, s.fence); err != nil {
 				return nil, nil, s.written(fmt.Errorf("renew lease: %w", err))
 			}
 		}
@@ -161,9 +163,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 		tenantFound bool
 		m           message
 		steps       []step
-		haveMessage bool
-		told        *string
-		toldWait    *time.Duration
+		last        *messageRow // of the conversation alone
 	)
 	b := &pgx.Batch{}
 	b.Queue(claimQuery, t.Tenant, t.Cap, most, alone, lease, phone, relTenant, relSlot).Query(func(rows pgx.Rows) error {
@@ -176,44 +176,29 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 					more, batched           bool
 					slot                    *int
 					credAt                  *time.Time
-					mpk, mseq               *int64
-					mid, mdir               *string
-					payload                 []byte
-					stID                    *int64
-					stIdx, stAtt            *int
-					stKind, stStatus        *string
-					stReq                   []byte
-					since                   *time.Duration
-					provStatus, provID      *string
-					started                 *bool
-					told                    *string
-					toldWait                *time.Duration
 				}
+				mr messageRow
 			)
-			if err := rows.Scan(&r.conv, &r.fence, &r.convID, &r.head, &r.last, &r.slot, &r.more, &r.batched, &r.credAt,
-				&r.mpk, &r.mid, &r.mseq, &r.mdir, &r.payload,
-				&r.stID, &r.stIdx, &r.stKind, &r.stStatus, &r.stReq, &r.stAtt, &r.since, &r.provStatus, &r.provID, &r.started, &r.told, &r.toldWait); err != nil {
+			if err := rows.Scan(mr.dest(&r.conv, &r.fence, &r.convID, &r.head, &r.last, &r.slot, &r.more, &r.batched, &r.credAt)...); err != nil {
 				return err
 			}
 			if r.batched {
+				var (
+					bm  message
+					bst []step
+				)
+				mr.collect(&bm, &bst)
 				batched = true
 				bt.credentialAt, bt.more = r.credAt, r.more
-				bt.convs = append(bt.convs, startedSend(r.conv, r.fence, r.convID,
-					message{pk: *r.mpk, id: *r.mid, seq: *r.mseq, payload: r.payload}, *r.stID))
+				bt.convs = append(bt.convs, startedSend(r.conv, r.fence, r.convID, bm, bst[0].id))
 				continue
 			}
 			// One conversation alone: a row per step of its next message.
 			conv, fence, slot = r.conv, r.fence, r.slot
 			st.fence, st.headSeq, st.lastSeq, st.conversationID = r.fence, r.head, r.last, r.convID
 			st.more, st.credentialAt = r.more, r.credAt
-			if r.mpk != nil {
-				haveMessage = true
-				m = message{pk: *r.mpk, id: *r.mid, seq: *r.mseq, direction: *r.mdir, payload: r.payload}
-				told, toldWait = r.told, r.toldWait
-			}
-			if r.stID != nil {
-				steps = append(steps, step{id: *r.stID, idx: *r.stIdx, kind: *r.stKind, status: *r.stStatus, request: r.stReq,
-					attempts: *r.stAtt, sinceStart: r.since, providerStatus: r.provStatus, providerID: r.provID, started: *r.started})
+			if mr.collect(&m, &steps) {
+				last = &mr
 			}
 		}
 		return rows.Err()
@@ -238,9 +223,9 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 		st.tenant = tt
 	}
 	st.nextErr = pgx.ErrNoRows
-	if haveMessage {
+	if last != nil {
 		st.next, st.nextSteps, st.nextErr = m, firstSteps(m, steps), nil
-		toldFirst(st.nextSteps, told, toldWait)
+		toldFirst(st.nextSteps, last.told, last.toldWait)
 	}
 	return s, st, nil
 }
@@ -294,8 +279,6 @@ type convState struct {
 	nextSteps []step
 	nextErr   error
 }
-
-const checkFence = `SELECT ordo.check_fence($1, $2)`
 
 // write runs b's statements atomically (a pgx batch is one implicit
 // transaction, one round trip) behind the fence check.

@@ -165,6 +165,19 @@ type Scheduler struct {
 	gathering map[int64]gathering
 }
 
+// Wake says which runners waiting for work an event wakes.
+type Wake int
+
+const (
+	// WakeNone wakes no runner.
+	WakeNone Wake = iota
+	// WakeWaiting wakes the runner that has waited longest, if one waits.
+	WakeWaiting
+	// WakeOne wakes that runner or, with none waiting, the next runner
+	// that would wait (it does not).
+	WakeOne
+)
+
 type gathering struct {
 	n    int
 	at   time.Time
@@ -183,22 +196,23 @@ func New(cfg Config) *Scheduler {
 // a tenant not named): it may be waiting for a worker. A tenant whose
 // weight and cap are known joins the round with one more conversation to
 // claim, without a read of the ready set; for another, the next round
-// reads it. The caller wakes one waiting runner.
-func (s *Scheduler) NoteDue(now time.Time, tenant int64) {
+// reads it. Either way a runner is woken for it.
+func (s *Scheduler) NoteDue(now time.Time, tenant int64) Wake {
 	if tenant <= 0 {
 		s.dueAny = now
 		clear(s.blocked)
 		s.stale = true
-		return
+		return WakeOne
 	}
 	s.setDue(tenant, now)
 	delete(s.blocked, tenant)
 	t, known := s.known[tenant]
 	if !known {
 		s.stale = true
-		return
+		return WakeOne
 	}
 	s.join(t, s.ready[tenant]+1)
+	return WakeOne
 }
 
 // join puts t in the round, at its end, with n due conversations to claim
@@ -349,20 +363,26 @@ func (s *Scheduler) HandOff(now time.Time, mine int64) bool {
 	return true
 }
 
-// PassOn records that a runner claimed from tenant (a drain, or a batch,
-// now running). more: another of its conversations was due behind the
-// claimed one — the caller wakes one more runner; without it the tenant
-// leaves the round until the next summary finds it due.
-func (s *Scheduler) PassOn(tenant int64, more bool) {
+// PassOn records that a runner claimed from tenant at now (a drain, or a
+// batch, now running). more: another of its conversations was due behind
+// the claimed one — one more runner that waits is woken for it, unless a
+// batch of the tenant gathers it; without it the tenant leaves the round
+// until the next summary finds it due.
+func (s *Scheduler) PassOn(now time.Time, tenant int64, more bool) Wake {
 	delete(s.blocked, tenant)
 	s.running[tenant]++
 	t, known := s.known[tenant]
 	switch {
 	case !more:
 		s.leave(tenant)
+		return WakeNone
 	case known && s.ready[tenant] <= 0:
 		s.join(t, 1) // the claim saw more than this process counted
 	}
+	if s.Gathering(now, tenant) {
+		return WakeNone
+	}
+	return WakeWaiting
 }
 
 // Took records that a claim of tenant took n conversations (a batch of
@@ -401,9 +421,9 @@ func (s *Scheduler) Sent(tenant int64, n int) {
 
 // Released records that a drain (or batch) of tenant in this process
 // ended. capped: it held one of the tenant's concurrency slots, about to be
-// free: the next round reads the ready set again, and the caller wakes a
-// runner to use it.
-func (s *Scheduler) Released(now time.Time, tenant int64, capped bool) {
+// free: the next round reads the ready set again, and a runner is woken to
+// use it.
+func (s *Scheduler) Released(now time.Time, tenant int64, capped bool) Wake {
 	delete(s.blocked, tenant)
 	if s.running[tenant]--; s.running[tenant] <= 0 {
 		delete(s.running, tenant)
@@ -411,7 +431,9 @@ func (s *Scheduler) Released(now time.Time, tenant int64, capped bool) {
 	}
 	if capped {
 		s.stale = true
+		return WakeOne
 	}
+	return WakeNone
 }
 
 // Alone says whether tenant is the only one that wants a worker here at
@@ -443,9 +465,9 @@ func (s *Scheduler) Alone(now time.Time, tenant int64) bool {
 // tenant's others), and not beyond the room of the batch whose round
 // began last (Gathering). When the last stops, the tenant is back in the
 // round with what became due meanwhile and its batches did not take
-// (Refilled): the caller wakes a runner. (It read the ready set for that,
-// after every batch: a read a message in a trickle.)
-func (s *Scheduler) Gather(now time.Time, tenant int64, room int, was bool) {
+// (Refilled), and a runner is woken for it. (It read the ready set for
+// that, after every batch: a read a message in a trickle.)
+func (s *Scheduler) Gather(now time.Time, tenant int64, room int, was bool) Wake {
 	g := s.gathering[tenant]
 	switch {
 	case room > 0:
@@ -455,15 +477,17 @@ func (s *Scheduler) Gather(now time.Time, tenant int64, room int, was bool) {
 		g.at, g.room = now, room
 		s.gathering[tenant] = g
 	case was:
-		if g.n--; g.n <= 0 {
-			delete(s.gathering, tenant)
-			if _, known := s.known[tenant]; !known {
-				s.stale = true
-			}
-		} else {
+		if g.n--; g.n > 0 {
 			s.gathering[tenant] = g
+			return WakeNone
 		}
+		delete(s.gathering, tenant)
+		if _, known := s.known[tenant]; !known {
+			s.stale = true
+		}
+		return WakeOne
 	}
+	return WakeNone
 }
 
 // Merge says whether a gathering batch of tenant holding own of the most

@@ -80,7 +80,7 @@ func TestModel(t *testing.T) {
 			if got := picks(s, t0, nil, 1); got[0] != 1 {
 				t.Fatalf("picks %v", got)
 			}
-			s.PassOn(1, false)
+			s.PassOn(t0, 1, false)
 			later := t0.Add(time.Millisecond) // within RefreshMin: no read due by time
 			s.NoteDue(later, 1)
 			s.NoteDue(later, 1)
@@ -101,7 +101,7 @@ func TestModel(t *testing.T) {
 		{"a claim that saw more than counted keeps the tenant in the round", func(t *testing.T, s *Scheduler) {
 			s.Refresh(t0, []Due{{Turn: Turn{Tenant: 1, Weight: 1}, Ready: 1}})
 			picks(s, t0, nil, 1)
-			s.PassOn(1, true) // another was due behind it: a notification merged, or lost
+			s.PassOn(t0, 1, true) // another was due behind it: a notification merged, or lost
 			if tn, d := s.Pick(t0, false); d != Go || tn.Tenant != 1 {
 				t.Fatalf("pick after a claim that saw more: %+v %v; want tenant 1", tn, d)
 			}
@@ -203,7 +203,7 @@ func TestModel(t *testing.T) {
 			// the campaign held it (CI: TestTenantWithNothingRunningIsNot…).
 			r := Room{Free: 0, Over: 1}
 			s.Refresh(t0, []Due{due(1, 1, 0, 0)})
-			s.PassOn(1, true)
+			s.PassOn(t0, 1, true)
 			later := t0.Add(s.cfg.Poll)
 			servedBeyondRoom(t, s, &r, later)
 		}},
@@ -230,7 +230,7 @@ func TestModel(t *testing.T) {
 			rows := []Due{due(1, 1, 0, 0), due(2, 1, 1, -time.Minute)}
 			picks(s, t0, rows, 2)
 			s.Missed(t0, 2, t0)
-			s.PassOn(1, true)
+			s.PassOn(t0, 1, true)
 			if got := picks(s, t0.Add(s.cfg.Poll/2), rows, 4); slices.Contains(got, 2) {
 				t.Fatalf("picks %v: tenant 2 tried again before a poll interval", got)
 			}
@@ -247,7 +247,7 @@ func TestModel(t *testing.T) {
 			// the campaign ended.
 			r := Room{Free: 0, Over: 1}
 			s.Refresh(t0, []Due{due(1, 1, 0, 0), due(2, 1, 0, 0)})
-			s.PassOn(1, true)
+			s.PassOn(t0, 1, true)
 			s.Missed(t0, 2, t0)
 			s.Refresh(t0.Add(s.cfg.Slice), []Due{due(1, 1, 0, 0)}) // its conversation went
 			later := t0.Add(s.cfg.Slice + s.cfg.Poll)
@@ -262,8 +262,8 @@ func TestModel(t *testing.T) {
 			// (1 s here, every pick tenant 1's).
 			rows := []Due{due(1, 1, 0, 0)}
 			picks(s, t0, rows, 1)
-			s.PassOn(1, true)
-			s.PassOn(2, true)
+			s.PassOn(t0, 1, true)
+			s.PassOn(t0, 2, true)
 			rows = append(rows, due(2, 1, 0, 0))
 			later := t0.Add(s.cfg.RefreshMin)
 			s.NoteDue(later, 2)
@@ -282,7 +282,7 @@ func TestModel(t *testing.T) {
 		{"a waiting tenant with nothing running is urgent, once idle a slice", func(t *testing.T, s *Scheduler) {
 			rows := []Due{due(1, 1, 0, 0), due(2, 1, 0, 0)}
 			picks(s, t0, rows, 1)
-			s.PassOn(2, true)
+			s.PassOn(t0, 2, true)
 			s.Released(t0, 2, false) // its drain here just ended
 			now := t0.Add(10 * time.Millisecond)
 			s.NoteDue(now, 2)
@@ -331,8 +331,8 @@ func TestModel(t *testing.T) {
 		{"a hand-off is a claim out of turn, as an urgent pick", func(t *testing.T, s *Scheduler) {
 			rows := []Due{due(1, 1, 0, 0), due(2, 1, 0, 0), due(3, 1, 0, 0)}
 			picks(s, t0, rows, 2) // 1, 2
-			s.PassOn(1, true)
-			s.PassOn(2, true)
+			s.PassOn(t0, 1, true)
+			s.PassOn(t0, 2, true)
 			now := t0.Add(time.Second)
 			s.NoteDue(now, 3)
 			if !s.HandOff(now, 1) {
@@ -378,8 +378,8 @@ func TestModel(t *testing.T) {
 		{"a drain hands its worker only to a tenant with nothing running", func(t *testing.T, s *Scheduler) {
 			rows := []Due{due(1, 1, 0, 0), due(2, 1, 0, 0), due(3, 1, 0, 0)}
 			picks(s, t0, rows, 2)
-			s.PassOn(1, true)
-			s.PassOn(2, true)
+			s.PassOn(t0, 1, true)
+			s.PassOn(t0, 2, true)
 			now := t0.Add(time.Second)
 			s.NoteDue(now, 2) // a campaign's conversation, with a drain running
 			if s.Waiting(now, 1) || s.HandOff(now, 1) {
@@ -396,7 +396,7 @@ func TestModel(t *testing.T) {
 		{"a tenant alone whose batch gathers sits out; back when it stops", func(t *testing.T, s *Scheduler) {
 			rows := []Due{dueNow(1, 1, 1)}
 			picks(s, t0, rows, 1)
-			s.PassOn(1, true)
+			s.PassOn(t0, 1, true)
 			if !s.Alone(t0, 1) {
 				t.Fatal("tenant 1 is the only one due, yet not alone")
 			}
@@ -420,7 +420,7 @@ func TestModel(t *testing.T) {
 			// conversations for the whole send timeout.
 			rows := []Due{dueNow(1, 1, 1)}
 			picks(s, t0, rows, 1)
-			s.PassOn(1, true)
+			s.PassOn(t0, 1, true)
 			s.Gather(t0, 1, 4, false)
 			late := t0.Add(100 * time.Millisecond)
 			if got := picks(s, late, rows, 1); got[0] != 1 {
@@ -432,7 +432,7 @@ func TestModel(t *testing.T) {
 			// with nothing to claim waits its poll, not a millisecond at
 			// a time until the send returns.
 			picks(s, t0, []Due{due(1, 1, 0, 0)}, 1)
-			s.PassOn(1, false)
+			s.PassOn(t0, 1, false)
 			s.Gather(t0, 1, 4, false)
 			if w := s.Wait(t0.Add(40 * time.Millisecond)); w != 60*time.Millisecond {
 				t.Fatalf("wait %s 40ms into the gathering round; want the 60ms left of its slice", w)
@@ -464,7 +464,7 @@ func TestModel(t *testing.T) {
 			// backlog that one batch's few places could not take).
 			rows := []Due{dueNow(1, 1, 1)}
 			picks(s, t0, rows, 1)
-			s.PassOn(1, true)
+			s.PassOn(t0, 1, true)
 			s.Gather(t0, 1, 2, false)
 			s.NoteDue(t0, 1)
 			if !s.Gathering(t0, 1) {
@@ -477,6 +477,35 @@ func TestModel(t *testing.T) {
 			}
 			if got := picks(s, t0, rows, 1); got[0] != 1 {
 				t.Fatalf("picks %v beside a full gathering batch; want 1", got)
+			}
+		}},
+		{"who an event wakes", func(t *testing.T, s *Scheduler) {
+			// The shell (jobs.scheduler.wake) and the simulation carry these
+			// out alike: the model decides.
+			picks(s, t0, []Due{dueNow(1, 1, 3)}, 1)
+			if w := s.NoteDue(t0, 2); w != WakeOne {
+				t.Fatalf("a notification wakes %v; want one runner, or the next that would wait", w)
+			}
+			if w := s.PassOn(t0, 1, true); w != WakeWaiting {
+				t.Fatalf("a claim with more behind it wakes %v; want a waiting runner", w)
+			}
+			if w := s.PassOn(t0, 1, false); w != WakeNone {
+				t.Fatalf("a claim with nothing behind it wakes %v; want none", w)
+			}
+			if w := s.Gather(t0, 1, 4, false); w != WakeNone {
+				t.Fatalf("a batch that starts gathering wakes %v; want none", w)
+			}
+			if w := s.PassOn(t0, 1, true); w != WakeNone {
+				t.Fatalf("a claim with more behind it wakes %v while a batch gathers them; want none", w)
+			}
+			if w := s.Gather(t0, 1, 0, true); w != WakeOne {
+				t.Fatalf("the last gathering batch's stop wakes %v; want one runner for what it left", w)
+			}
+			if w := s.Released(t0, 1, false); w != WakeNone {
+				t.Fatalf("a release wakes %v; want none (its runner claims again)", w)
+			}
+			if w := s.Released(t0, 1, true); w != WakeOne {
+				t.Fatalf("a capped release wakes %v; want one runner for the freed slot", w)
 			}
 		}},
 		{"a gathering tenant's visits go to the others of the round", func(t *testing.T, s *Scheduler) {

@@ -92,10 +92,7 @@ func (m *sim) claimBatch(r *simRunner, t Turn, n int) {
 		// The round shares the workers, not the claims (Took), before
 		// PassOn says whether the tenant stays in it.
 		m.s.Took(tn.id, len(convs))
-		m.s.PassOn(tn.id, more)
-		if more && !m.s.Gathering(m.now, tn.id) {
-			m.wakeWaiter()
-		}
+		m.wake(m.s.PassOn(m.now, tn.id, more))
 		m.round(r)
 	})
 }
@@ -111,10 +108,7 @@ func (m *sim) gather(b *simBatch, on bool) {
 	if on {
 		room = simBatchSize - b.own
 	}
-	m.s.Gather(m.now, b.tn.id, room, b.gathering)
-	if !on && b.gathering && !m.s.Gathering(m.now, b.tn.id) {
-		m.wakeOne()
-	}
+	m.wake(m.s.Gather(m.now, b.tn.id, room, b.gathering))
 	b.gathering = on
 }
 
@@ -222,7 +216,7 @@ func (m *sim) finish(r *simRunner, goOn, refill bool) {
 		b.own = 0
 		m.pokeRoom()
 		r.batch = nil
-		m.s.Released(m.now, tn.id, false)
+		m.wake(m.s.Released(m.now, tn.id, false))
 		m.at(0, func() { m.free(r) })
 		return
 	}

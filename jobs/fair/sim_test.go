@@ -278,8 +278,7 @@ func (m *sim) arrive(cv *simConv) {
 // notify is ordo_ready: the model hears of it, one waiting runner is woken
 // (or the wake-up kept), and the runners waiting for room look again.
 func (m *sim) notify(tenant int64) {
-	m.s.NoteDue(m.now, tenant)
-	m.wakeOne()
+	m.wake(m.s.NoteDue(m.now, tenant))
 	m.pokeRoom()
 }
 
@@ -292,23 +291,17 @@ func (m *sim) pokeRoom() {
 	m.roomQ = nil
 }
 
-// wakeWaiter wakes the runner that has waited longest, if one waits
-// (jobs.scheduler.wakeWaiter).
-func (m *sim) wakeWaiter() bool {
-	if len(m.waiters) == 0 {
-		return false
-	}
-	r := m.waiters[0]
-	m.waiters = m.waiters[1:]
-	r.token++
-	m.at(0, func() { m.free(r) })
-	return true
-}
-
-// wakeOne wakes a waiting runner, or leaves the wake-up to the next runner
-// that would wait (jobs.scheduler.wakeLocked).
-func (m *sim) wakeOne() {
-	if !m.wakeWaiter() {
+// wake wakes the runners the model says (jobs.scheduler.wake): the one
+// that has waited longest, or with none waiting the next that would wait.
+func (m *sim) wake(w Wake) {
+	switch {
+	case w == WakeNone:
+	case len(m.waiters) > 0:
+		r := m.waiters[0]
+		m.waiters = m.waiters[1:]
+		r.token++
+		m.at(0, func() { m.free(r) })
+	case w == WakeOne:
 		m.wakeups = min(m.wakeups+1, len(m.runners))
 	}
 }
@@ -479,10 +472,7 @@ func (m *sim) claim(r *simRunner, t Turn) {
 		})
 		return
 	}
-	m.s.PassOn(t.Tenant, due > 1)
-	if due > 1 && !m.s.Gathering(m.now, t.Tenant) {
-		m.wakeWaiter()
-	}
+	m.wake(m.s.PassOn(m.now, t.Tenant, due > 1))
 	m.claimed(pick)
 	pick.running, r.conv, r.started, r.n = true, pick, m.now, 0
 	tn.running++
@@ -573,7 +563,7 @@ func (m *sim) end(r *simRunner) {
 	tn := cv.t
 	cv.running, r.conv = false, nil
 	tn.running--
-	m.s.Released(m.now, tn.id, tn.c.cap > 0)
+	m.wake(m.s.Released(m.now, tn.id, tn.c.cap > 0))
 	m.room.Give(1)
 	m.pokeRoom()
 	m.at(0, func() { m.free(r) })
