@@ -34,8 +34,7 @@ import (
 // no worker, burns no attempt and dead-letters nothing. Past the tenant's
 // handler_outage_limit_ms (one outage limit for both) the dependency's
 // failures count as attempts again, as any other failure. What a failure
-// does to its own step is each dependency's own (handlerFailed,
-// numberFailed).
+// does to its own step is decided in settle.go.
 
 // dependency is one thing a tenant depends on whose outage is a state.
 type dependency struct {

@@ -2,8 +2,6 @@ package jobs
 
 import (
 	"context"
-
-	"github.com/ordo-dev/ordo/jobs/whatsapp"
 )
 
 // A tenant's WhatsApp number that the Cloud API does not serve — 5xx
@@ -45,34 +43,4 @@ func (r *run) probeNumber(ctx context.Context, st *step) (out outcome, ok bool, 
 		return outcome{}, true, nil // its probe went without an answer about the number: still this run's
 	}
 	return r.probeOrWait(ctx, numberDep, st, r.d.cfg.SendTimeout, true)
-}
-
-// numberFailed records an outage-class failure of send st and says
-// whether it is handled here: the number is down (or suspected while st
-// is out of attempts) and the request certainly did not go out or was
-// answered 5xx, so st gets its attempt back and the conversation waits.
-// Otherwise (handled false) st's failure is settled as any other.
-func (r *run) numberFailed(ctx context.Context, st *step, f *failure, entry []byte) (out outcome, handled bool, err error) {
-	v, delay, failures, err := r.dependencyFailed(ctx, numberDep, st, f, false)
-	if err != nil {
-		return outcome{}, false, err
-	}
-	if f.reach == whatsapp.NoAnswer || v != verdictDown && (st.attempts < r.tenant.MaxAttempts || !numberRule.keeps(v, failures)) {
-		// A timeout may have gone out: settled as it always was. A failure
-		// short of down counts while the step has attempts left; the last
-		// one is kept as numberRule says.
-		return outcome{}, false, nil
-	}
-	if f.reach == whatsapp.ServerError && v == verdictSuspect {
-		out, err = r.holdBack(ctx, st, keepUnknown, entry, delay)
-		return out, true, err
-	}
-	entry = errorEntry(st.attempts, f.msg, "number_unreachable") // not an ambiguous send: not taken
-	if v == verdictSuspect {
-		out, err = r.holdBack(ctx, st, unstartStep, entry, delay)
-		return out, true, err
-	}
-	st.started = true // its attempt is given back
-	out, err = r.waitForDependency(ctx, numberDep, st, entry, delay)
-	return out, true, err
 }

@@ -25,36 +25,3 @@ const HandlerProbeMax = 30 * time.Second
 func (r *run) probeHandler(ctx context.Context, st *step) (out outcome, ok bool, err error) {
 	return r.probeOrWait(ctx, handlerDep, st, r.handlerTimeout(), false)
 }
-
-// handlerFailed records that the handler did not answer the call of st
-// (f says how: at once unreachable, or only a suspect answer) and says
-// whether it is handled here. Down: the tenant's handler is unreachable,
-// st gets its attempt back and the conversation waits for the next probe.
-// Not down yet on st's last attempt, with failures and no answer between:
-// st keeps it until the evidence decides. Otherwise (handled false) st's
-// failure is settled as any other, no sooner than the evidence can decide.
-func (r *run) handlerFailed(ctx context.Context, st *step, f *failure, entry []byte) (out outcome, handled bool, err error) {
-	v, delay, failures, err := r.dependencyFailed(ctx, handlerDep, st, f, !f.suspect)
-	if err != nil {
-		return outcome{}, false, err
-	}
-	switch v {
-	case verdictMessage, verdictSuspect:
-		if st.attempts < r.tenant.MaxAttempts || !handlerRule.keeps(v, failures) {
-			// Settled as any other failure, no sooner than the evidence
-			// can decide.
-			if v == verdictSuspect {
-				f.retryAfter = max(r.d.backoff(st.attempts, f.retryAfter), delay)
-			}
-			return outcome{}, false, nil
-		}
-		if v == verdictMessage {
-			delay = r.d.backoff(st.attempts, f.retryAfter)
-		}
-		out, err = r.holdBack(ctx, st, unstartStep, entry, delay)
-		return out, true, err
-	}
-	st.started = true // its attempt is given back
-	out, err = r.waitForDependency(ctx, handlerDep, st, []byte("[]"), delay)
-	return out, true, err
-}

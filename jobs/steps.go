@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -628,33 +629,39 @@ RETURNING c.pair_ready_at - clock_timestamp()`
 // conversation or moves its head past it (ordo.dead_letter).
 const deadLetterQuery = `SELECT ordo.dead_letter($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9)`
 
-// failed records a failed attempt and does what its action says: retry
-// later while the head stays (slowing the number, or spacing pair-rate
-// retries), leave an ambiguous send for settleAmbiguous, pause the tenant's
-// sending, or — permanent, or out of attempts — dead-letter the message.
+// failed records a failed attempt and carries out what settle decides:
+// retry later while the head stays (slowing the number, or spacing
+// pair-rate retries), leave an ambiguous send for settleAmbiguous, pause
+// the tenant's sending, dead-letter the message — or, for a dependency's
+// outage-class failure, ask the evidence first, then hold the step back or
+// wait for the dependency.
 func (r *run) failed(ctx context.Context, m message, st *step, f *failure) (outcome, error) {
-	entry := errorEntry(st.attempts, f.msg, f.class)
-	if st.kind == "send" && f.reach != whatsapp.Reached && !r.pastLimit(numberDep) {
-		// Evidence that the number is away (number.go); past the outage
-		// limit its failures count as attempts again.
-		if out, handled, err := r.numberFailed(ctx, st, f, entry); err != nil || handled {
-			return out, err
+	a := attempt{kind: st.kind, attempts: st.attempts, most: r.tenant.MaxAttempts, f: *f,
+		numberPast: r.pastLimit(numberDep), handlerPast: r.pastLimit(handlerDep)}
+	s := settle(a, nil, r.d.backoff)
+	if s.kind == settleEvidence {
+		v, delay, failures, err := r.dependencyFailed(ctx, s.dep, st, f, s.immediate)
+		if err != nil {
+			return outcome{}, err
 		}
+		s = settle(a, &depVerdict{dep: s.dep, v: v, delay: delay, failures: failures}, r.d.backoff)
 	}
-	if f.action == actUnreachable && !r.pastLimit(handlerDep) {
-		// The handler's reachability (reachability.go); past the outage
-		// limit, or without the evidence, a failure counts as an attempt.
-		if out, handled, err := r.handlerFailed(ctx, st, f, entry); err != nil || handled {
-			return out, err
-		}
+	entry := errorEntry(st.attempts, f.msg, cmp.Or(s.class, f.class))
+	if s.noEntry {
+		entry = []byte("[]")
 	}
-	switch {
-	case f.action == actPause:
+	switch s.kind {
+	case settleHoldBack:
+		return r.holdBack(ctx, st, s.give, entry, s.delay)
+	case settleWait:
+		st.started = true // its attempt is given back
+		return r.waitForDependency(ctx, s.dep, st, entry, s.delay)
+	case settlePause:
 		return r.pauseSending(ctx, st, f.msg, entry)
-	case f.action == actDeadLetter:
-		return r.deadLetter(ctx, m, st, f.msg, entry)
-	case f.action != actAmbiguous && st.attempts >= r.tenant.MaxAttempts:
-		// An ambiguous send is settled first (it may have gone out).
+	case settleDeadLetter:
+		if !s.exhausted {
+			return r.deadLetter(ctx, m, st, f.msg, entry)
+		}
 		var guard func(*pgx.Batch)
 		if f.action == actPairRate {
 			// Meta's wait is the user's: it holds for the next message
@@ -667,7 +674,7 @@ func (r *run) failed(ctx context.Context, m message, st *step, f *failure) (outc
 		return r.deadLetterWith(ctx, m, st, "attempts exhausted ("+strconv.Itoa(st.attempts)+"): "+f.msg, entry, guard)
 	}
 
-	status, delay := "pending", r.d.backoff(st.attempts, f.retryAfter)
+	status, delay := "pending", s.delay
 	b := &pgx.Batch{}
 	if f.action == actAmbiguous {
 		status = "unknown"
