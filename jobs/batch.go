@@ -94,15 +94,10 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 	// gathers (fair.Scheduler.Gather): the tenant's conversations that
 	// become due join it at its next round instead of being claimed by
 	// other runners in batches of their own.
-	gathering := false
+	var gathering time.Time   // since when (zero: it does not)
 	gather := func(on bool) { // at a round's start
-		if on || gathering {
-			room := 0 // how many more it takes in
-			if on {
-				room = r.cfg.BatchSize - own
-			}
-			r.sched.gather(b.tenant, room, gathering)
-			gathering = on
+		if on || !gathering.IsZero() {
+			gathering = r.sched.gather(b.tenant, on, gathering)
 		}
 	}
 	defer gather(false)
@@ -152,7 +147,7 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 		// (fair.Scheduler.Merge).
 		goOn := round+1 < d.cfg.MaxMessagesPerRun && time.Since(started) <= d.cfg.MaxRunTime && !d.stopping.Load() &&
 			(d.turns == nil || time.Since(started) < d.cfg.TurnSlice || r.sched.alone(b.tenant) && !d.turns.handOff(b.tenant)) &&
-			!(gathering && r.sched.merge(b.tenant, own, r.cfg.BatchSize))
+			!(!gathering.IsZero() && r.sched.merge(b.tenant, own, r.cfg.BatchSize))
 		// What was sent is recorded even when the worker is being stopped.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 		heard = time.Now()

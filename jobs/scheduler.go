@@ -149,13 +149,16 @@ func (s *scheduler) alone(tenant int64) bool {
 	return s.m.Alone(time.Now(), tenant)
 }
 
-// gather: a batch of tenant starts a round after which it takes in up to
-// room more of the tenant's conversations, or stopped doing so (0); was is
-// what it said last (fair.Scheduler.Gather).
-func (s *scheduler) gather(tenant int64, room int, was bool) {
+// gather: a batch of tenant starts a round after which it takes in more
+// of the tenant's conversations (on), or stopped doing so; since is what
+// the last call returned, the call returns the next
+// (fair.Scheduler.Gather).
+func (s *scheduler) gather(tenant int64, on bool, since time.Time) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.wake(s.m.Gather(time.Now(), tenant, room, was))
+	since, w := s.m.Gather(time.Now(), tenant, on, since)
+	s.wake(w)
+	return since
 }
 
 // took: a claim of tenant took a batch of n conversations, which the

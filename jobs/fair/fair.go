@@ -47,8 +47,7 @@
 //     while that batch is gathering (Gather), the tenant sits out of the
 //     round, and its conversations that become due meanwhile join the
 //     batch instead of starting batches of one or two of their own — for
-//     at most a turn slice of one round, and no more of them than the
-//     batch has room for.
+//     at most a turn slice of its round.
 //     With another tenant due, batches do not refill, and a batch past
 //     its turn slice ends: the workers go by the round, by weight.
 //   - Each process keeps its own model; a tenant's cap holds across
@@ -159,10 +158,10 @@ type Scheduler struct {
 	// took already; a tenant at 0 leaves the round.
 	ready map[int64]int
 	// gathering holds, for each tenant with batches in this process that
-	// take in its conversations as they become due (Gather), how many and
-	// when the latest of their rounds began: it sits out of the round
-	// meanwhile, for at most a turn slice of a round.
-	gathering map[int64]gathering
+	// take in its conversations as they become due (Gather), when the
+	// current round of each began: it sits out of the round while one of
+	// them is within a turn slice of it.
+	gathering map[int64][]time.Time
 }
 
 // Wake says which runners waiting for work an event wakes.
@@ -178,18 +177,12 @@ const (
 	WakeOne
 )
 
-type gathering struct {
-	n    int
-	at   time.Time
-	room int // the room of the batch whose round began last
-}
-
 // New returns a model that reads the ready set before its first round.
 func New(cfg Config) *Scheduler {
 	return &Scheduler{cfg: cfg, stale: true,
 		dueAt: map[int64]time.Time{}, pickedAt: map[int64]time.Time{}, waiting: map[int64]struct{}{}, known: map[int64]Turn{},
 		blocked: map[int64]time.Time{}, running: map[int64]int{}, ended: map[int64]time.Time{}, served: map[int64]int{},
-		ready: map[int64]int{}, gathering: map[int64]gathering{}}
+		ready: map[int64]int{}, gathering: map[int64][]time.Time{}}
 }
 
 // NoteDue records that a conversation of tenant became due at now (0: of
@@ -456,38 +449,41 @@ func (s *Scheduler) Alone(now time.Time, tenant int64) bool {
 }
 
 // Gather records that a batch of tenant running in this process starts a
-// round at now after which it takes in up to room more of the tenant's
-// conversations (room > 0: it has room for more, and the tenant is
-// Alone), or that it stopped doing so (room 0); was is what it said last.
-// While one does, the tenant sits out of the round: its conversations that
-// become due meanwhile wait for that round's end, not for a claim — but
-// not past a turn slice of one round (a send that hangs must not hold the
-// tenant's others), and not beyond the room of the batch whose round
-// began last (Gathering). When the last stops, the tenant is back in the
-// round with what became due meanwhile and its batches did not take
-// (Refilled), and a runner is woken for it. (It read the ready set for
-// that, after every batch: a read a message in a trickle.)
-func (s *Scheduler) Gather(now time.Time, tenant int64, room int, was bool) Wake {
+// round at now after which it takes in more of the tenant's conversations
+// (on: it has room for more, and the tenant is Alone), or that it stopped
+// doing so; since is when its previous such round began (zero: it did not
+// gather). It returns the batch's since for its next call: now, or zero.
+// While a batch gathers, the tenant sits out of the round: its
+// conversations that become due meanwhile wait for that round's end, not
+// for a claim — but not past a turn slice of the batch's own round (a
+// send that hangs must not hold the tenant's others, whatever its other
+// batches do). When the last stops, the tenant is back in the round with
+// what became due meanwhile and its batches did not take (Refilled), and
+// a runner is woken for it. (It read the ready set for that, after every
+// batch: a read a message in a trickle.)
+func (s *Scheduler) Gather(now time.Time, tenant int64, on bool, since time.Time) (time.Time, Wake) {
 	g := s.gathering[tenant]
-	switch {
-	case room > 0:
-		if !was {
-			g.n++
+	if !since.IsZero() {
+		if i := slices.Index(g, since); i >= 0 {
+			g = slices.Delete(g, i, i+1)
 		}
-		g.at, g.room = now, room
-		s.gathering[tenant] = g
-	case was:
-		if g.n--; g.n > 0 {
-			s.gathering[tenant] = g
-			return WakeNone
-		}
-		delete(s.gathering, tenant)
-		if _, known := s.known[tenant]; !known {
-			s.stale = true
-		}
-		return WakeOne
 	}
-	return WakeNone
+	if on {
+		s.gathering[tenant] = append(g, now)
+		return now, WakeNone
+	}
+	if since.IsZero() {
+		return time.Time{}, WakeNone
+	}
+	if len(g) > 0 {
+		s.gathering[tenant] = g
+		return time.Time{}, WakeNone
+	}
+	delete(s.gathering, tenant)
+	if _, known := s.known[tenant]; !known {
+		s.stale = true
+	}
+	return time.Time{}, WakeOne
 }
 
 // Merge says whether a gathering batch of tenant holding own of the most
@@ -499,18 +495,17 @@ func (s *Scheduler) Gather(now time.Time, tenant int64, room int, was bool) Wake
 // The smaller half yields; two small ones both yield, and the next claim
 // takes their room at once.
 func (s *Scheduler) Merge(tenant int64, own, most int) bool {
-	return s.gathering[tenant].n > 1 && 2*own <= most
+	return len(s.gathering[tenant]) > 1 && 2*own <= most
 }
 
 // Gathering says whether a batch of tenant gathers at now in this process
-// (Gather), within a turn slice of its round's start, with room for the
-// tenant's conversations due now. Beyond that room they are for claims:
-// while one batch's send hung, another's gathering kept the tenant out of
-// the round, and its due conversations waited for that batch's few free
-// places — up to 3 s — with every runner idle (sim_gather_test.go, seed 10).
+// (Gather), within a turn slice of its own round's start. Counting the
+// tenant's latest round start for all its batches, one batch whose send
+// hung kept the tenant out of the round as long as another gathered now
+// and then: its due conversations waited up to 3 s with every runner idle
+// (sim_gather_test.go, seed 10).
 func (s *Scheduler) Gathering(now time.Time, tenant int64) bool {
-	g, ok := s.gathering[tenant]
-	return ok && now.Sub(g.at) < s.cfg.Slice && s.ready[tenant] <= g.room
+	return slices.ContainsFunc(s.gathering[tenant], func(at time.Time) bool { return now.Sub(at) < s.cfg.Slice })
 }
 
 // Running is how many drains of tenant run in this process.
@@ -575,12 +570,14 @@ func (s *Scheduler) Waited(now time.Time) {
 func (s *Scheduler) Wait(now time.Time) time.Duration {
 	d := min(s.nextDue.Sub(now), s.cfg.Poll)
 	for _, g := range s.gathering {
-		// A round that outlasts its slice: the tenant's due
-		// conversations are for claims again. Once it has (a send that
-		// hangs), that is no reason to wake: the runners woke every
-		// millisecond until the send returned (sim_test.go).
-		if end := g.at.Add(s.cfg.Slice); end.After(now) {
-			d = min(d, end.Sub(now))
+		for _, at := range g {
+			// A round that outlasts its slice: the tenant's due
+			// conversations are for claims again. Once it has (a send
+			// that hangs), that is no reason to wake: the runners woke
+			// every millisecond until the send returned (sim_test.go).
+			if end := at.Add(s.cfg.Slice); end.After(now) {
+				d = min(d, end.Sub(now))
+			}
 		}
 	}
 	return max(d, time.Millisecond)

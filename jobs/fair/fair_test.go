@@ -400,7 +400,7 @@ func TestModel(t *testing.T) {
 			if !s.Alone(t0, 1) {
 				t.Fatal("tenant 1 is the only one due, yet not alone")
 			}
-			s.Gather(t0, 1, 4, false)
+			since, _ := s.Gather(t0, 1, true, time.Time{})
 			s.NoteDue(t0, 1) // its next conversation: for the batch's refill
 			if got := picks(s, t0, rows, 2); !slices.Equal(got, []int64{0, 0}) {
 				t.Fatalf("picks %v while its batch gathers; want none", got)
@@ -409,8 +409,8 @@ func TestModel(t *testing.T) {
 				t.Fatalf("wait %s; want the round's slice", w)
 			}
 			next := t0.Add(10 * time.Millisecond) // the batch's next round
-			s.Gather(next, 1, 4, true)
-			s.Gather(next, 1, 0, true)
+			since, _ = s.Gather(next, 1, true, since)
+			s.Gather(next, 1, false, since)
 			if got := picks(s, next, rows, 1); got[0] != 1 {
 				t.Fatalf("picks %v after its batch stopped gathering; want 1", got)
 			}
@@ -421,7 +421,7 @@ func TestModel(t *testing.T) {
 			rows := []Due{dueNow(1, 1, 1)}
 			picks(s, t0, rows, 1)
 			s.PassOn(t0, 1, true)
-			s.Gather(t0, 1, 4, false)
+			s.Gather(t0, 1, true, time.Time{})
 			late := t0.Add(100 * time.Millisecond)
 			if got := picks(s, late, rows, 1); got[0] != 1 {
 				t.Fatalf("picks %v a slice into a gathering round; want 1", got)
@@ -433,7 +433,7 @@ func TestModel(t *testing.T) {
 			// a time until the send returns.
 			picks(s, t0, []Due{due(1, 1, 0, 0)}, 1)
 			s.PassOn(t0, 1, false)
-			s.Gather(t0, 1, 4, false)
+			s.Gather(t0, 1, true, time.Time{})
 			if w := s.Wait(t0.Add(40 * time.Millisecond)); w != 60*time.Millisecond {
 				t.Fatalf("wait %s 40ms into the gathering round; want the 60ms left of its slice", w)
 			}
@@ -457,26 +457,26 @@ func TestModel(t *testing.T) {
 				t.Fatal("tenant 2 waits for a worker, yet 1 is alone")
 			}
 		}},
-		{"a gathering batch holds back no more of its tenant's conversations than it has room for", func(t *testing.T, s *Scheduler) {
-			// A batch with room for 2 more gathers; 3 conversations of its
-			// tenant become due: they are for claims, not for it (while
-			// another batch's send hung, every runner sat idle beside a
-			// backlog that one batch's few places could not take).
+		{"a batch whose round hung holds its tenant out for a slice, whatever its other batches do", func(t *testing.T, s *Scheduler) {
+			// Batch A's send hangs; batch B gathers now and then. With the
+			// tenant's latest round start counted for all its batches, A
+			// held the tenant out of the round whenever B gathered, and
+			// its due conversations waited up to 3 s with every runner
+			// idle (sim_gather_test.go, seed 10).
 			rows := []Due{dueNow(1, 1, 1)}
 			picks(s, t0, rows, 1)
 			s.PassOn(t0, 1, true)
-			s.Gather(t0, 1, 2, false)
-			s.NoteDue(t0, 1)
-			if !s.Gathering(t0, 1) {
-				t.Fatal("one due conversation and room for 2, yet the batch does not gather")
+			s.Gather(t0, 1, true, time.Time{}) // A: its round hangs
+			b1 := t0.Add(90 * time.Millisecond)
+			since, _ := s.Gather(b1, 1, true, time.Time{}) // B gathers
+			b2 := t0.Add(120 * time.Millisecond)
+			s.Gather(b2, 1, false, since) // B is full: it stops
+			s.NoteDue(b2, 1)
+			if s.Gathering(b2, 1) {
+				t.Fatal("a slice past A's hung round and B stopped, yet the tenant still sits out")
 			}
-			s.NoteDue(t0, 1)
-			s.NoteDue(t0, 1)
-			if s.Gathering(t0, 1) {
-				t.Fatal("3 due conversations and room for 2, yet the tenant still sits out")
-			}
-			if got := picks(s, t0, rows, 1); got[0] != 1 {
-				t.Fatalf("picks %v beside a full gathering batch; want 1", got)
+			if got := picks(s, b2, rows, 1); got[0] != 1 {
+				t.Fatalf("picks %v; want tenant 1, which no batch gathers within its slice", got)
 			}
 		}},
 		{"who an event wakes", func(t *testing.T, s *Scheduler) {
@@ -492,13 +492,14 @@ func TestModel(t *testing.T) {
 			if w := s.PassOn(t0, 1, false); w != WakeNone {
 				t.Fatalf("a claim with nothing behind it wakes %v; want none", w)
 			}
-			if w := s.Gather(t0, 1, 4, false); w != WakeNone {
+			since, w := s.Gather(t0, 1, true, time.Time{})
+			if w != WakeNone {
 				t.Fatalf("a batch that starts gathering wakes %v; want none", w)
 			}
 			if w := s.PassOn(t0, 1, true); w != WakeNone {
 				t.Fatalf("a claim with more behind it wakes %v while a batch gathers them; want none", w)
 			}
-			if w := s.Gather(t0, 1, 0, true); w != WakeOne {
+			if _, w := s.Gather(t0, 1, false, since); w != WakeOne {
 				t.Fatalf("the last gathering batch's stop wakes %v; want one runner for what it left", w)
 			}
 			if w := s.Released(t0, 1, false); w != WakeNone {
@@ -511,17 +512,17 @@ func TestModel(t *testing.T) {
 		{"a gathering tenant's visits go to the others of the round", func(t *testing.T, s *Scheduler) {
 			rows := []Due{dueNow(1, 2, 2), due(2, 1, 0, 0)}
 			picks(s, t0, rows, 1)
-			s.Gather(t0, 1, 4, false)
+			s.Gather(t0, 1, true, time.Time{})
 			if got := picks(s, t0, rows, 3); !slices.Equal(got, []int64{2, 2, 2}) {
 				t.Fatalf("picks %v; want only tenant 2 while 1 gathers", got)
 			}
 		}},
 		{"of two batches of a tenant gathering, the smaller half yields its room", func(t *testing.T, s *Scheduler) {
-			s.Gather(t0, 1, 4, false)
+			s.Gather(t0, 1, true, time.Time{})
 			if s.Merge(1, 1, 8) {
 				t.Fatal("a lone gathering batch asked to yield")
 			}
-			s.Gather(t0, 1, 4, false) // a second batch of tenant 1
+			s.Gather(t0, 1, true, time.Time{}) // a second batch of tenant 1
 			if !s.Merge(1, 3, 8) || !s.Merge(1, 4, 8) {
 				t.Fatal("a batch of half or less beside another did not yield")
 			}

@@ -28,8 +28,9 @@ type simBatch struct {
 	own     int        // the room it holds: its conversations', and some kept for a refill
 	started time.Time
 	round   int
-	// gathering is what it told the model last (Gather's was).
-	gathering bool
+	// gathering is what the model's Gather returned last (zero: it does
+	// not gather).
+	gathering time.Time
 }
 
 // dueOf returns up to most of tn's due conversations no drain holds, due
@@ -101,15 +102,12 @@ func (m *sim) claimBatch(r *simRunner, t Turn, n int) {
 // start (jobs.scheduler.gather): when the tenant's last gathering batch
 // stops, a runner is woken for what the batches did not take.
 func (m *sim) gather(b *simBatch, on bool) {
-	if !on && !b.gathering {
+	if !on && b.gathering.IsZero() {
 		return
 	}
-	room := 0
-	if on {
-		room = simBatchSize - b.own
-	}
-	m.wake(m.s.Gather(m.now, b.tn.id, room, b.gathering))
-	b.gathering = on
+	var w Wake
+	b.gathering, w = m.s.Gather(m.now, b.tn.id, on, b.gathering)
+	m.wake(w)
 }
 
 // round sends one message of each of the batch's conversations at once:
@@ -122,7 +120,7 @@ func (m *sim) round(r *simRunner) {
 	for range b.active {
 		d = max(d, m.send())
 	}
-	if c := m.cfg; c.hang > 0 && !m.hung && b.tn.id == c.hangTenant && b.gathering && m.now.Sub(m.start) >= c.hangAt {
+	if c := m.cfg; c.hang > 0 && !m.hung && b.tn.id == c.hangTenant && !b.gathering.IsZero() && m.now.Sub(m.start) >= c.hangAt {
 		m.hung, m.hungAt, d = true, m.now, c.hang
 	}
 	m.inFlight += len(b.active)
@@ -153,7 +151,7 @@ func (m *sim) roundSent(r *simRunner) {
 	// the other takes its room (Merge).
 	goOn := b.round+1 < simMaxMessagesPerRun && ran <= simMaxRunTime &&
 		(ran < simTurnSlice || m.s.Alone(m.now, tn.id) && !m.s.HandOff(m.now, tn.id)) &&
-		!(b.gathering && m.s.Merge(tn.id, b.own, simBatchSize))
+		!(!b.gathering.IsZero() && m.s.Merge(tn.id, b.own, simBatchSize))
 	refill := goOn && m.s.Alone(m.now, tn.id)
 	if refill {
 		b.own += m.room.Grab(simBatchSize-b.own, 1)
