@@ -457,9 +457,9 @@ func (s *Scheduler) Alone(now time.Time, tenant int64) bool {
 // conversations that become due meanwhile wait for that round's end, not
 // for a claim — but not past a turn slice of the batch's own round (a
 // send that hangs must not hold the tenant's others, whatever its other
-// batches do). When the last stops, the tenant is back in the round with
-// what became due meanwhile and its batches did not take (Refilled), and
-// a runner is woken for it. (It read the ready set for that, after every
+// batches do). When the last within its slice stops, the tenant is back
+// in the round with what became due meanwhile and its batches did not
+// take (Refilled), and a runner is woken for it. (It read the ready set for that, after every
 // batch: a read a message in a trickle.)
 func (s *Scheduler) Gather(now time.Time, tenant int64, on bool, since time.Time) (time.Time, Wake) {
 	g := s.gathering[tenant]
@@ -477,11 +477,14 @@ func (s *Scheduler) Gather(now time.Time, tenant int64, on bool, since time.Time
 	}
 	if len(g) > 0 {
 		s.gathering[tenant] = g
-		return time.Time{}, WakeNone
+	} else {
+		delete(s.gathering, tenant)
+		if _, known := s.known[tenant]; !known {
+			s.stale = true
+		}
 	}
-	delete(s.gathering, tenant)
-	if _, known := s.known[tenant]; !known {
-		s.stale = true
+	if s.Gathering(now, tenant) {
+		return time.Time{}, WakeNone
 	}
 	return time.Time{}, WakeOne
 }

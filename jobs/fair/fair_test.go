@@ -470,7 +470,9 @@ func TestModel(t *testing.T) {
 			b1 := t0.Add(90 * time.Millisecond)
 			since, _ := s.Gather(b1, 1, true, time.Time{}) // B gathers
 			b2 := t0.Add(120 * time.Millisecond)
-			s.Gather(b2, 1, false, since) // B is full: it stops
+			if _, w := s.Gather(b2, 1, false, since); w != WakeOne { // B is full: it stops
+				t.Fatalf("B's stop wakes %v; want a runner, A's round being past its slice", w)
+			}
 			s.NoteDue(b2, 1)
 			if s.Gathering(b2, 1) {
 				t.Fatal("a slice past A's hung round and B stopped, yet the tenant still sits out")
