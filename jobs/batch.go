@@ -84,26 +84,14 @@ func startedSend(conv, fence int64, conversationID string, m message, stepID int
 // connection cannot be used again (dropping it releases what it holds).
 func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, claimed time.Time, name string) bool {
 	d := r.drainer
-	started := time.Now()
-	// own is the room the batch holds: its conversations', and while the
-	// run goes on, that of those that left, for a refill to use.
-	own := len(b.convs)
-	defer func() { r.room.give(own) }()
-	giveBack := func(n int) { own -= n; r.room.give(n) }
-	// While the batch has room for more and its tenant is alone here, it
-	// gathers (fair.Scheduler.Gather): the tenant's conversations that
-	// become due join it at its next round instead of being claimed by
-	// other runners in batches of their own.
-	var gathering time.Time   // since when (zero: it does not)
-	gather := func(on bool) { // at a round's start
-		if on || !gathering.IsZero() {
-			gathering = r.sched.gather(b.tenant, on, gathering)
-		}
-	}
-	defer gather(false)
-	gather(own < r.cfg.BatchSize && r.sched.alone(b.tenant))
-	r.sched.took(b.tenant, len(b.convs))
-	r.sched.passOn(b.tenant, b.more)
+	// The run's decisions are the model's (fair.Batch): whether it goes
+	// on, refills, keeps room, gathers.
+	bm := &fair.Batch{Tenant: b.tenant, Most: r.cfg.BatchSize, Own: len(b.convs)}
+	limits := fair.RunLimits{Rounds: d.cfg.MaxMessagesPerRun, Time: d.cfg.MaxRunTime}
+	defer func() { r.room.give(bm.Own) }()
+	giveBack := func(n int) { bm.Own -= n; r.room.give(n) }
+	r.sched.startBatch(bm, b.more)
+	defer r.sched.endBatch(bm)
 	drains := d.cfg.Metrics.DrainStarted
 	var done []func()
 	defer func() {
@@ -134,20 +122,11 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 		active = b.convs
 		ended  bool // the last write ended the batch's lease
 	)
-	for round := 0; len(active) > 0; round++ {
+	for len(active) > 0 {
 		if haveCred {
 			r.sendRound(ctx, active, &cred, heard)
 		}
-		// As a drain at a message boundary: within its bounds, and after
-		// its turn (TurnSlice) the batch ends with this round unless its
-		// tenant is alone here and no tenant waits (handOff): the workers
-		// go by the round's weights, which count its conversations
-		// (fair.Scheduler.Took). A small batch gathering beside another
-		// of its tenant ends too, so that the other takes its room
-		// (fair.Scheduler.Merge).
-		goOn := round+1 < d.cfg.MaxMessagesPerRun && time.Since(started) <= d.cfg.MaxRunTime && !d.stopping.Load() &&
-			(d.turns == nil || time.Since(started) < d.cfg.TurnSlice || r.sched.alone(b.tenant) && !d.turns.handOff(b.tenant)) &&
-			!(!gathering.IsZero() && r.sched.merge(b.tenant, own, r.cfg.BatchSize))
+		goOn := !d.stopping.Load() && r.sched.goesOn(bm, limits)
 		// What was sent is recorded even when the worker is being stopped.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 		heard = time.Now()
@@ -189,14 +168,11 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 			}
 		}
 		var refill *batch
-		if goOn && haveCred && failed == 0 && r.sched.alone(b.tenant) {
+		if r.sched.refills(bm, goOn && haveCred && failed == 0) {
 			refill = &batch{tenant: b.tenant}
-			// Room freed meanwhile joins the running batch rather than
-			// starting a batch of its own: fewer, fuller batches cost less
-			// per message.
-			own += r.room.grab(r.cfg.BatchSize-own, 1)
+			bm.Own += r.room.grab(bm.Most-bm.Own, 1) // room freed meanwhile joins it
 		}
-		next, end, ok := r.finishRound(rctx, conn, active, goOn, own-failed, refill, &cred)
+		next, end, ok := r.finishRound(rctx, conn, active, goOn, bm.Own-failed, refill, &cred)
 		ended = end
 		if !ok {
 			cancel()
@@ -216,16 +192,8 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 				alone++
 			}
 		}
-		if surplus := own - len(next) - alone; surplus > 0 && (alone > 0 || len(next) == 0 || !goOn || refill == nil) {
-			// Kept for a refill only while the run goes on and refills
-			// and nothing waits: one ended alone may wait for an import's
-			// row lock.
-			giveBack(surplus)
-		}
-		// A refill that was offered conversations and took none found one
-		// that needs a drain of its own first in line (or all taken): a
-		// claim must go to it.
-		blocked := refill != nil && refill.max > 0 && len(refill.convs) == 0
+		giveBack(bm.Surplus(len(next), alone, goOn, refill != nil))
+		blocked := refill != nil && refill.max > 0 && len(refill.convs) == 0 // (fair.Scheduler.RoundDone)
 		for i := range active {
 			if c := &active[i]; !c.recorded && !endOne(c) {
 				cancel()
@@ -234,8 +202,7 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 		}
 		cancel()
 		active = next
-		r.sched.sent(b.tenant, len(active)) // its share counts messages, not claims
-		gather(len(active) > 0 && refill != nil && !blocked && alone == 0 && own < r.cfg.BatchSize && r.sched.alone(b.tenant))
+		r.sched.roundDone(bm, len(active), alone, refill != nil, blocked)
 	}
 	if !ended {
 		if _, err := conn.Exec(context.WithoutCancel(ctx), endBatchQuery); err != nil {

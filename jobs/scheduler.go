@@ -141,34 +141,6 @@ func (s *scheduler) handOff(mine int64) bool {
 	return s.m.HandOff(time.Now(), mine)
 }
 
-// alone says whether tenant is the only one that wants a worker here
-// (fair.Scheduler.Alone): a batch of its may take more conversations.
-func (s *scheduler) alone(tenant int64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m.Alone(time.Now(), tenant)
-}
-
-// gather: a batch of tenant starts a round after which it takes in more
-// of the tenant's conversations (on), or stopped doing so; since is what
-// the last call returned, the call returns the next
-// (fair.Scheduler.Gather).
-func (s *scheduler) gather(tenant int64, on bool, since time.Time) time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	since, w := s.m.Gather(time.Now(), tenant, on, since)
-	s.wake(w)
-	return since
-}
-
-// took: a claim of tenant took a batch of n conversations, which the
-// round counts as n visits (fair.Scheduler.Took).
-func (s *scheduler) took(tenant int64, n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m.Took(tenant, n)
-}
-
 // refilled: a batch of tenant took n more of its conversations
 // (fair.Scheduler.Refilled).
 func (s *scheduler) refilled(tenant int64, n int) {
@@ -185,12 +157,36 @@ func (s *scheduler) sent(tenant int64, n int) {
 	s.m.Sent(tenant, n)
 }
 
-// merge says whether a gathering batch of tenant holding own should end
-// its run for another that gathers (fair.Scheduler.Merge).
-func (s *scheduler) merge(tenant int64, own, most int) bool {
+// startBatch, goesOn, refills, roundDone and endBatch are the batch's
+// decisions (fair.Batch), taken under the scheduler's lock.
+func (s *scheduler) startBatch(b *fair.Batch, more bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.m.Merge(tenant, own, most)
+	s.wake(s.m.StartBatch(time.Now(), b, more))
+}
+
+func (s *scheduler) goesOn(b *fair.Batch, l fair.RunLimits) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.GoesOn(time.Now(), b, l)
+}
+
+func (s *scheduler) refills(b *fair.Batch, goOn bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.Refills(time.Now(), b, goOn)
+}
+
+func (s *scheduler) roundDone(b *fair.Batch, next, alone int, refilled, blocked bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wake(s.m.RoundDone(time.Now(), b, next, alone, refilled, blocked))
+}
+
+func (s *scheduler) endBatch(b *fair.Batch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wake(s.m.EndBatch(time.Now(), b))
 }
 
 // released: a drain of tenant in this process ended, holding one of the

@@ -21,16 +21,12 @@ import (
 // to BatchSize), and a batch that will refill with room for more gathers
 // (Gather) at its next round's start.
 
-// simBatch is one batch claim's run.
+// simBatch is one batch claim's run: the model's Batch, which decides
+// at its rounds' ends as it does for jobs/batch.go.
 type simBatch struct {
-	tn      *simTenant
-	active  []*simConv // this round's conversations
-	own     int        // the room it holds: its conversations', and some kept for a refill
-	started time.Time
-	round   int
-	// gathering is what the model's Gather returned last (zero: it does
-	// not gather).
-	gathering time.Time
+	Batch
+	tn     *simTenant
+	active []*simConv // this round's conversations
 }
 
 // dueOf returns up to most of tn's due conversations no drain holds, due
@@ -77,37 +73,20 @@ func (m *sim) claimBatch(r *simRunner, t Turn, n int) {
 	}
 	tn.running += len(convs)
 	tn.most = max(tn.most, tn.running)
-	b := &simBatch{tn: tn, active: convs, own: n}
+	b := &simBatch{Batch: Batch{Tenant: tn.id, Most: simBatchSize, Own: n}, tn: tn, active: convs}
 	r.batch = b
 	// The claim's answer, a round trip later (jobs.Runner.runDrains, then
 	// drainBatch): the room not used goes back, and the batch starts.
 	m.at(simClaimCost, func() {
 		m.room.Give(n - len(convs))
-		b.own = len(convs)
+		b.Own = len(convs)
 		m.pokeRoom()
 		if more {
 			m.lastBacklog = m.now
 		}
-		b.started = m.now
-		m.gather(b, b.own < simBatchSize && m.s.Alone(m.now, tn.id))
-		// The round shares the workers, not the claims (Took), before
-		// PassOn says whether the tenant stays in it.
-		m.s.Took(tn.id, len(convs))
-		m.wake(m.s.PassOn(m.now, tn.id, more))
+		m.wake(m.s.StartBatch(m.now, &b.Batch, more))
 		m.round(r)
 	})
-}
-
-// gather tells the model whether r's batch gathers from this round's
-// start (jobs.scheduler.gather): when the tenant's last gathering batch
-// stops, a runner is woken for what the batches did not take.
-func (m *sim) gather(b *simBatch, on bool) {
-	if !on && b.gathering.IsZero() {
-		return
-	}
-	var w Wake
-	b.gathering, w = m.s.Gather(m.now, b.tn.id, on, b.gathering)
-	m.wake(w)
 }
 
 // round sends one message of each of the batch's conversations at once:
@@ -120,7 +99,7 @@ func (m *sim) round(r *simRunner) {
 	for range b.active {
 		d = max(d, m.send())
 	}
-	if c := m.cfg; c.hang > 0 && !m.hung && b.tn.id == c.hangTenant && !b.gathering.IsZero() && m.now.Sub(m.start) >= c.hangAt {
+	if c := m.cfg; c.hang > 0 && !m.hung && b.tn.id == c.hangTenant && !b.Gathering.IsZero() && m.now.Sub(m.start) >= c.hangAt {
 		m.hung, m.hungAt, d = true, m.now, c.hang
 	}
 	m.inFlight += len(b.active)
@@ -139,22 +118,17 @@ func (m *sim) roundSent(r *simRunner) {
 	for range b.active {
 		m.count(tn)
 	}
-	ran := m.now.Sub(b.started)
 	// Past its turn slice, a batch goes on only while its tenant is alone
-	// and no tenant waits for its worker (HandOff). jobs/batch.go does not
-	// ask Alone there yet: its batches ran on among other tenants until
-	// one waited with nothing running, 30 rounds on average here, and a
-	// claim's share of the workers was up to 8 conversations for that
-	// long: the weight-1 tenant's share went from 0.074 to 0.109 between
-	// seeds, and it went 6.5 s without a send.
-	// A small batch gathering beside another of its tenant ends, so that
-	// the other takes its room (Merge).
-	goOn := b.round+1 < simMaxMessagesPerRun && ran <= simMaxRunTime &&
-		(ran < simTurnSlice || m.s.Alone(m.now, tn.id) && !m.s.HandOff(m.now, tn.id)) &&
-		!(!b.gathering.IsZero() && m.s.Merge(tn.id, b.own, simBatchSize))
-	refill := goOn && m.s.Alone(m.now, tn.id)
+	// and no tenant waits for its worker (GoesOn). Without Alone there,
+	// batches ran on among other tenants until one waited with nothing
+	// running, 30 rounds on average here, and a claim's share of the
+	// workers was up to 8 conversations for that long: the weight-1
+	// tenant's share went from 0.074 to 0.109 between seeds, and it went
+	// 6.5 s without a send.
+	goOn := m.s.GoesOn(m.now, &b.Batch, RunLimits{Rounds: simMaxMessagesPerRun, Time: simMaxRunTime})
+	refill := m.s.Refills(m.now, &b.Batch, goOn)
 	if refill {
-		b.own += m.room.Grab(simBatchSize-b.own, 1)
+		b.Own += m.room.Grab(b.Most-b.Own, 1)
 	}
 	m.at(simClaimCost, func() { m.finish(r, goOn, refill) })
 }
@@ -187,7 +161,7 @@ func (m *sim) finish(r *simRunner, goOn, refill bool) {
 	// batch's and another conversation of the tenant is due. (Every
 	// conversation here may go in a batch: a refill that finds none to
 	// take — drainBatch's blocked — does not happen.)
-	if free := b.own - len(next); refill && free > 0 && free*2 >= b.own {
+	if free := b.Own - len(next); refill && free > 0 && free*2 >= b.Own {
 		convs, _ := m.dueOf(tn, free)
 		m.s.Refilled(tn.id, len(convs))
 		for _, cv := range convs {
@@ -198,26 +172,21 @@ func (m *sim) finish(r *simRunner, goOn, refill bool) {
 		tn.most = max(tn.most, tn.running)
 		next = append(next, convs...)
 	}
-	// Room beyond its conversations is kept for a refill only while the
-	// run goes on and refills.
-	if surplus := b.own - len(next); surplus > 0 && (len(next) == 0 || !goOn || !refill) {
-		b.own -= surplus
+	if surplus := b.Surplus(len(next), 0, goOn, refill); surplus > 0 {
+		b.Own -= surplus
 		m.room.Give(surplus)
 		m.pokeRoom()
 	}
 	b.active = next
-	b.round++
-	m.s.Sent(tn.id, len(next))
+	m.wake(m.s.RoundDone(m.now, &b.Batch, len(next), 0, refill, false))
 	if len(next) == 0 {
-		m.gather(b, false)
-		m.room.Give(b.own)
-		b.own = 0
+		m.room.Give(b.Own)
+		b.Own = 0
 		m.pokeRoom()
 		r.batch = nil
 		m.wake(m.s.Released(m.now, tn.id, false))
 		m.at(0, func() { m.free(r) })
 		return
 	}
-	m.gather(b, refill && b.own < simBatchSize && m.s.Alone(m.now, tn.id))
 	m.round(r)
 }
