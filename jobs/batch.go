@@ -118,18 +118,18 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 	}
 	var (
 		t      *tenants.Tenant // read for the first conversation ended alone
-		heard  = claimed       // when the last statement went out on conn
+		l      = lease{d: d.cfg.Lease, heard: claimed} // the batch's, on conn
 		active = b.convs
 		ended  bool // the last write ended the batch's lease
 	)
 	for len(active) > 0 {
 		if haveCred {
-			r.sendRound(ctx, active, &cred, heard)
+			r.sendRound(ctx, active, &cred, l.left())
 		}
 		goOn := !d.stopping.Load() && r.sched.goesOn(bm, limits)
 		// What was sent is recorded even when the worker is being stopped.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-		heard = time.Now()
+		l.touch()
 		// endOne ends c alone, as its own drain would.
 		endOne := func(c *batchConv) bool {
 			if t == nil {
@@ -140,7 +140,7 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 				}
 				t = &tt
 			}
-			heard = time.Now()
+			l.touch()
 			if !r.endAlone(ctx, rctx, conn, b, c, *t, pc, name) {
 				return false
 			}
@@ -221,12 +221,10 @@ func stopsTheTenant(err error) bool {
 }
 
 // sendRound sends one message of each conversation at once, each call
-// bounded by the batch's lease (heard: when the last statement went out on
-// its connection).
-func (r *Runner) sendRound(ctx context.Context, active []batchConv, cred *whatsapp.Credential, heard time.Time) {
+// bounded by what is left of the batch's lease.
+func (r *Runner) sendRound(ctx context.Context, active []batchConv, cred *whatsapp.Credential, left time.Duration) {
 	d := r.drainer
-	lease := d.cfg.Lease
-	callCtx, cancel := context.WithTimeout(ctx, min(d.cfg.SendTimeout, time.Until(heard.Add(lease-leaseMargin(lease)))))
+	callCtx, cancel := context.WithTimeout(ctx, min(d.cfg.SendTimeout, left))
 	defer cancel()
 	var wg sync.WaitGroup
 	for i := range active {
@@ -368,7 +366,7 @@ func (r *Runner) endAlone(ctx, rctx context.Context, conn *pgxpool.Conn, b *batc
 	d := r.drainer
 	// Letting c go leaves the batch's lease on the connection, which may
 	// hold others of the batch still.
-	s := &session{conn: conn, conv: c.conv, fence: c.fence, lease: d.cfg.Lease, after: d.cfg.Lease.Milliseconds(), heard: time.Now()}
+	s := &session{conn: conn, conv: c.conv, fence: c.fence, after: d.cfg.Lease.Milliseconds(), lease: lease{d: d.cfg.Lease, heard: time.Now()}}
 	// The lease restarts with this statement, heard just before it.
 	if _, err := conn.Exec(rctx, checkFence, c.conv, c.fence); err != nil {
 		if err = s.written(err); errors.Is(err, ErrFenced) {

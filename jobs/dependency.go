@@ -108,9 +108,8 @@ func (r *run) pastLimit(d *dependency) bool {
 func (r *run) probeOrWait(ctx context.Context, d *dependency, st *step, timeout time.Duration, recorded bool) (out outcome, ok bool, err error) {
 	var wait *time.Duration
 	hold := timeout + timeout/10 + time.Second
-	r.s.touch()
-	if err := r.s.conn.QueryRow(ctx, dependencyProbeQuery, r.tenant.ID, d.what, hold.Milliseconds()).Scan(&ok, &wait); err != nil {
-		return outcome{}, false, r.s.fail(fmt.Errorf("probe %s: %w", d.what, err))
+	if err := r.s.queryRow(ctx, dependencyProbeQuery, []any{r.tenant.ID, d.what, hold.Milliseconds()}, &ok, &wait); err != nil {
+		return outcome{}, false, fmt.Errorf("probe %s: %w", d.what, err)
 	}
 	if ok {
 		r.probing[d.idx] = true
@@ -147,11 +146,10 @@ func (r *run) dependencyFailed(ctx context.Context, d *dependency, st *step, f *
 		wentDown bool
 		wait     *time.Duration
 	)
-	r.s.touch()
-	if err := r.s.conn.QueryRow(ctx, dependencyFailedQuery, r.tenant.ID, d.what, st.id, r.probing[d.idx], f.msg, immediate,
-		d.rule.failures, d.rule.distinct, d.rule.span.Milliseconds(), d.rule.horizon.Milliseconds(), d.probeMax.Milliseconds(),
-	).Scan(&verdict, &wentDown, &wait, &failures); err != nil {
-		return 0, 0, 0, r.s.fail(fmt.Errorf("record %s failure: %w", d.what, err))
+	if err := r.s.queryRow(ctx, dependencyFailedQuery, []any{r.tenant.ID, d.what, st.id, r.probing[d.idx], f.msg, immediate,
+		d.rule.failures, d.rule.distinct, d.rule.span.Milliseconds(), d.rule.horizon.Milliseconds(), d.probeMax.Milliseconds()},
+		&verdict, &wentDown, &wait, &failures); err != nil {
+		return 0, 0, 0, fmt.Errorf("record %s failure: %w", d.what, err)
 	}
 	r.probing[d.idx] = false
 	v = parseVerdict(verdict)
@@ -259,10 +257,8 @@ func (r *run) answered(ctx context.Context, d *dependency) {
 	}
 	r.probing[d.idx], *down = false, nil
 	var back bool
-	r.s.touch()
-	if err := r.s.conn.QueryRow(ctx, dependencyBackQuery, r.tenant.ID, d.what, r.s.conv).Scan(&back); err != nil {
+	if err := r.s.queryRow(ctx, dependencyBackQuery, []any{r.tenant.ID, d.what, r.s.conv}, &back); err != nil {
 		r.log.WarnContext(ctx, "record "+d.what+" back", slog.String("tenant", r.tenant.Slug), slog.String("error", err.Error()))
-		_ = r.s.fail(err)
 		return
 	}
 	if back {

@@ -45,14 +45,12 @@ func (r *run) startReadReceipt(ctx context.Context, m message) (wait func()) {
 	if m.direction != "inbound" {
 		return none
 	}
-	r.s.touch()
 	var claimed bool
-	err := r.s.conn.QueryRow(ctx, claimReadReceipt, m.pk).Scan(&claimed)
+	err := r.s.queryRow(ctx, claimReadReceipt, []any{m.pk}, &claimed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return none // none pending: the common case, one primary-key probe
 	}
 	if err != nil {
-		_ = r.s.fail(err)
 		r.log.WarnContext(ctx, "read receipt not sent: claim failed", slog.String("message_id", m.id), slog.String("error", err.Error()))
 		return none
 	}

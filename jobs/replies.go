@@ -70,9 +70,8 @@ func (r *run) awaitReplies(ctx context.Context, m message, st *step, last bool) 
 			replies json.RawMessage
 			left    *int64
 		)
-		r.s.touch()
-		if err := r.s.conn.QueryRow(ctx, repliesQuery, st.id).Scan(&replies, &left); err != nil {
-			return outcome{}, true, r.s.fail(fmt.Errorf("read posted replies: %w", err))
+		if err := r.s.queryRow(ctx, repliesQuery, []any{st.id}, &replies, &left); err != nil {
+			return outcome{}, true, fmt.Errorf("read posted replies: %w", err)
 		}
 		switch {
 		case replies != nil:

@@ -258,9 +258,8 @@ func (r *run) checkUnchecked(ctx context.Context, m message, st *step) (*failure
 // refusedReason reads why another drain's check refused st.
 func (r *run) refusedReason(ctx context.Context, st *step) (string, error) {
 	var reason string
-	r.s.touch()
-	if err := r.s.conn.QueryRow(ctx, refusedReasonQuery, st.id).Scan(&reason); err != nil {
-		return "", r.s.fail(fmt.Errorf("read refusal: %w", err))
+	if err := r.s.queryRow(ctx, refusedReasonQuery, []any{st.id}, &reason); err != nil {
+		return "", fmt.Errorf("read refusal: %w", err)
 	}
 	return reason, nil
 }
@@ -285,9 +284,8 @@ func (r *run) checkWindow(ctx context.Context, st *step) error {
 		return nil
 	}
 	var last *time.Time
-	r.s.touch()
-	if err := r.s.conn.QueryRow(ctx, lastInboundQuery, r.s.conv).Scan(&last); err != nil {
-		return r.s.fail(fmt.Errorf("read service window: %w", err))
+	if err := r.s.queryRow(ctx, lastInboundQuery, []any{r.s.conv}, &last); err != nil {
+		return fmt.Errorf("read service window: %w", err)
 	}
 	if last == nil {
 		return nil // no inbound seen through the webhook: Meta decides

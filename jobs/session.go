@@ -44,11 +44,16 @@ type session struct {
 	// conversation go (milliseconds): 0 alone, the batch's while the
 	// connection still holds others of a batch (batch.go).
 	after int64
-	// lease is the connection's idle_session_timeout; heard is when the
-	// drain last sent a statement on the connection. Postgres restarts the
-	// idle timer when that statement ends, later than heard, so heard+lease
-	// is an early bound of when the session (and the lock) may be gone.
-	lease time.Duration
+	lease
+}
+
+// lease is how long the locks a connection holds are the drain's: d is the
+// connection's idle_session_timeout, heard when the drain last sent a
+// statement on it. Postgres restarts the idle timer when that statement
+// ends, later than heard, so heard+d is an early bound of when the session
+// (and its locks) may be gone. A drain alone and a batch keep theirs alike.
+type lease struct {
+	d     time.Duration
 	heard time.Time
 }
 
@@ -58,13 +63,13 @@ type session struct {
 func leaseMargin(lease time.Duration) time.Duration { return lease / 10 }
 
 // touch records that a statement is about to go out on the connection.
-func (s *session) touch() { s.heard = time.Now() }
+func (l *lease) touch() { l.heard = time.Now() }
 
-// leaseLeft is how long the drain can still be sure it holds the
-// conversation's lock (monotonic clock: a process frozen meanwhile finds
-// its lease used up when it wakes).
-func (s *session) leaseLeft() time.Duration {
-	return time.Until(s.heard.Add(s.lease - leaseMargin(s.lease)))
+// left is how long the drain can still be sure it holds its locks
+// (monotonic clock: a process frozen meanwhile finds its lease used up
+// when it wakes).
+func (l *lease) left() time.Duration {
+	return time.Until(l.heard.Add(l.d - leaseMargin(l.d)))
 }
 
 // checkFence renews the lease (the statement restarts the session's idle
@@ -93,15 +98,15 @@ func leaseFor(timeout time.Duration) time.Duration { return timeout + timeout/9 
 // made — when the drain lost the conversation meanwhile (stalled past its
 // lease, its session ended by Postgres, a newer drain in charge).
 func (s *session) callContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc, error) {
-	if s.leaseLeft() < timeout {
-		if need := leaseFor(timeout); need > s.lease {
+	if s.left() < timeout {
+		if need := leaseFor(timeout); need > s.d {
 			b := &pgx.Batch{}
 			b.Queue(stretchQuery, s.conv, s.fence, need.Milliseconds())
 			b.Queue(stretchReadyQuery, s.conv, need.Milliseconds())
 			if err := s.send(ctx, b); err != nil {
 				return nil, nil, fmt.Errorf("lengthen lease: %w", err)
 			}
-			s.lease = need
+			s.d = need
 		} else {
 			s.touch()
 			if _, err := s.conn.Exec(ctx, checkFence, s.conv, s.fence); err != nil {
@@ -109,7 +114,7 @@ func (s *session) callContext(ctx context.Context, timeout time.Duration) (conte
 			}
 		}
 	}
-	left := s.leaseLeft()
+	left := s.left()
 	if left <= 0 {
 		return nil, nil, ErrFenced // the renewal itself took the whole lease
 	}
@@ -146,7 +151,7 @@ type slotHold struct {
 // (batch.go): it comes back in bt.convs, and no session does. Otherwise,
 // with alone, a session of one conversation, or nil when there was nothing
 // to claim.
-func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease int64, phone *string, release *slotHold, bt *batch, alone bool) (s *session, st convState, err error) {
+func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, leaseMS int64, phone *string, release *slotHold, bt *batch, alone bool) (s *session, st convState, err error) {
 	var relTenant *int64
 	var relSlot *int
 	if release != nil {
@@ -166,7 +171,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 		last        *messageRow // of the conversation alone
 	)
 	b := &pgx.Batch{}
-	b.Queue(claimQuery, t.Tenant, t.Cap, most, alone, lease, phone, relTenant, relSlot).Query(func(rows pgx.Rows) error {
+	b.Queue(claimQuery, t.Tenant, t.Cap, most, alone, leaseMS, phone, relTenant, relSlot).Query(func(rows pgx.Rows) error {
 		defer rows.Close()
 		for rows.Next() {
 			var (
@@ -214,7 +219,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, lease in
 	if batched || conv == 0 {
 		return nil, st, nil
 	}
-	s = &session{conn: conn, conv: conv, fence: fence, lease: time.Duration(lease) * time.Millisecond, heard: heard}
+	s = &session{conn: conn, conv: conv, fence: fence, lease: lease{d: time.Duration(leaseMS) * time.Millisecond, heard: heard}}
 	if slot != nil {
 		s.slot = &slotHold{tenant: t.Tenant, slot: *slot}
 	}
@@ -289,8 +294,8 @@ func (s *session) write(ctx context.Context, b *pgx.Batch) error {
 	return s.send(ctx, fenced)
 }
 
-// queryRow runs one fenced statement (an ordo.*_step call, which checks
-// the fence itself) and scans its row.
+// queryRow runs one statement on the drain's connection (a read, or a
+// write that checks the fence itself) and scans its row.
 func (s *session) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
 	s.touch()
 	return s.written(s.conn.QueryRow(ctx, sql, args...).Scan(dest...))
@@ -316,10 +321,11 @@ func (s *session) written(err error) error {
 }
 
 // fail marks the connection untrustworthy when err left it in an unknown
-// state (anything but a clean server-side error).
+// state (anything but a clean server-side error, or a row that was not
+// there).
 func (s *session) fail(err error) error {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
+	if !errors.As(err, &pgErr) && !errors.Is(err, pgx.ErrNoRows) {
 		s.broken = true
 	}
 	return err

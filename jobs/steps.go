@@ -568,9 +568,8 @@ WHERE id = $1 AND provider_status = 'failed'`
 // false when the caller should resend.
 func (r *run) settleFailed(ctx context.Context, m message, st *step) (out outcome, settled bool, err error) {
 	var msg, class string
-	r.s.touch()
-	if err := r.s.conn.QueryRow(ctx, failedStatusQuery, st.id).Scan(&msg, &class); err != nil {
-		return outcome{}, true, r.s.fail(fmt.Errorf("read failed status: %w", err))
+	if err := r.s.queryRow(ctx, failedStatusQuery, []any{st.id}, &msg, &class); err != nil {
+		return outcome{}, true, fmt.Errorf("read failed status: %w", err)
 	}
 	switch class {
 	case whatsapp.Permanent.String():
@@ -759,9 +758,8 @@ func (r *run) pauseSending(ctx context.Context, st *step, reason string, entry [
 	// (sql/LOCKING.md: the tenant comes first, and a resume holds it while
 	// it wakes the tenant's conversations).
 	var paused int
-	r.s.touch()
-	if err := r.s.conn.QueryRow(ctx, pauseTenant, r.tenant.ID, reason).Scan(&paused); err != nil {
-		return outcome{}, r.s.fail(fmt.Errorf("pause tenant: %w", err))
+	if err := r.s.queryRow(ctx, pauseTenant, []any{r.tenant.ID, reason}, &paused); err != nil {
+		return outcome{}, fmt.Errorf("pause tenant: %w", err)
 	}
 	give := ""
 	if st != nil {
