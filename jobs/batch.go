@@ -88,8 +88,8 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 	// on, refills, keeps room, gathers.
 	bm := &fair.Batch{Tenant: b.tenant, Most: r.cfg.BatchSize, Own: len(b.convs)}
 	limits := fair.RunLimits{Rounds: d.cfg.MaxMessagesPerRun, Time: d.cfg.MaxRunTime}
-	defer func() { r.room.give(bm.Own) }()
-	giveBack := func(n int) { bm.Own -= n; r.room.give(n) }
+	defer func() { r.sched.give(bm.Own) }()
+	giveBack := func(n int) { bm.Own -= n; r.sched.give(n) }
 	r.sched.startBatch(bm, b.more)
 	defer r.sched.endBatch(bm)
 	drains := d.cfg.Metrics.DrainStarted
@@ -117,7 +117,7 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 		pc = &cred
 	}
 	var (
-		t      *tenants.Tenant // read for the first conversation ended alone
+		t      *tenants.Tenant                         // read for the first conversation ended alone
 		l      = lease{d: d.cfg.Lease, heard: claimed} // the batch's, on conn
 		active = b.convs
 		ended  bool // the last write ended the batch's lease
@@ -170,7 +170,7 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 		var refill *batch
 		if r.sched.refills(bm, goOn && haveCred && failed == 0) {
 			refill = &batch{tenant: b.tenant}
-			bm.Own += r.room.grab(bm.Most-bm.Own, 1) // room freed meanwhile joins it
+			bm.Own += r.sched.grab(bm.Most-bm.Own, 1) // room freed meanwhile joins it
 		}
 		next, end, ok := r.finishRound(rctx, conn, active, goOn, bm.Own-failed, refill, &cred)
 		ended = end

@@ -69,9 +69,9 @@ func AloneClaims(r *Runner) int64 { return r.claims.Load() - r.batches.Load() - 
 // with nothing running (no overdraft), for tests of what a waiting tenant
 // gets when no runner may go beyond the room.
 func NoOverdraft(r *Runner) {
-	r.room.mu.Lock()
-	defer r.room.mu.Unlock()
-	r.room.Over = 0
+	r.sched.mu.Lock()
+	defer r.sched.mu.Unlock()
+	r.sched.room.Over = 0
 }
 
 // DependencyArgs returns what a drain passes ordo.dependency_failed for

@@ -102,7 +102,6 @@ type Runner struct {
 	// lastBacklog is when a batch claim of this process last left due
 	// conversations of its tenant behind (unix nanoseconds).
 	lastBacklog atomic.Int64
-	room        *room
 	runners     int // runner jobs kept: Workers plus the room's overdraft
 }
 
@@ -139,20 +138,19 @@ func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants
 		return nil, err
 	}
 	r := &Runner{
-		cfg:        cfg,
-		logger:     logger,
-		pool:       pool,
-		queue:      runnerQueuePrefix + hex.EncodeToString(id[:]),
-		drainer:    newDrainer(cfg, pool, ts, vault, logger),
-		sched:      newScheduler(pool, cfg.FetchPollInterval, cfg.RefreshMin, cfg.TurnSlice, runners, cfg.Database, logger),
+		cfg:     cfg,
+		logger:  logger,
+		pool:    pool,
+		queue:   runnerQueuePrefix + hex.EncodeToString(id[:]),
+		drainer: newDrainer(cfg, pool, ts, vault, logger),
+		sched: newScheduler(pool, cfg.FetchPollInterval, cfg.RefreshMin, cfg.TurnSlice,
+			fair.Room{Free: cfg.Workers, Over: fair.OverdraftFor(cfg.Workers)}, runners, cfg.Database, logger),
 		reconciler: &reconciler{pool: pool},
 		pruner:     &Pruner{pool: pool, batch: cfg.PruneBatch, logger: logger},
 		topUp:      make(chan struct{}, 1),
-		room:       newRoom(cfg.Workers, fair.OverdraftFor(cfg.Workers)),
 		runners:    runners,
 	}
 	r.drainer.turns = r.sched
-	r.sched.onDue = r.room.poke
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &runnerWorker{r: r}); err != nil {
 		return nil, err
@@ -275,8 +273,7 @@ func (r *Runner) addRunners(ctx context.Context) error {
 // drain). Then it deletes this process's runner queue and jobs.
 func (r *Runner) Stop(ctx context.Context) error {
 	r.drainer.stopping.Store(true)
-	r.sched.wakeAll()
-	r.room.stop()
+	r.sched.stop()
 	if r.cancel != nil {
 		r.cancel()
 		<-r.done

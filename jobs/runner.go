@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -53,7 +52,7 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 			t, ok = r.sched.pick(ctx)
 		}
 		if !ok {
-			r.room.give(room)
+			r.sched.give(room)
 			drop(true)
 			r.sched.wait(ctx)
 			continue
@@ -61,7 +60,7 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 		if conn == nil {
 			c, err := r.pool.Acquire(ctx)
 			if err != nil {
-				r.room.give(room)
+				r.sched.give(room)
 				if !r.waitedOut(err) {
 					r.logger.WarnContext(ctx, "runner: acquire a connection", slog.String("error", err.Error()))
 				}
@@ -85,7 +84,7 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 		if err != nil {
 			// The batch failed: what it locked is unknown, so the
 			// connection (and every lock on it) goes.
-			r.room.give(room)
+			r.sched.give(room)
 			held = nil
 			drop(false)
 			if ctx.Err() == nil {
@@ -99,7 +98,7 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 		held = nil
 		r.claims.Add(1)
 		if bt != nil && len(bt.convs) > 0 {
-			r.room.give(room - len(bt.convs))
+			r.sched.give(room - len(bt.convs))
 			r.batches.Add(1)
 			d.cfg.Metrics.BatchClaimed()
 			if bt.more {
@@ -111,9 +110,9 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 			r.sched.released(t.Tenant, false)
 			continue
 		}
-		r.room.give(room - 1)
+		r.sched.give(room - 1)
 		if s == nil {
-			r.room.give(1)
+			r.sched.give(1)
 			r.claimsEmpty.Add(1)
 			r.sched.missed(t.Tenant, claimed)
 			continue
@@ -121,7 +120,7 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 		r.sched.passOn(t.Tenant, st.more)
 		held = s.slot
 		usable := r.drainClaimed(ctx, s, st, name)
-		r.room.give(1)
+		r.sched.give(1)
 		if !usable {
 			held = nil
 			drop(false)
@@ -151,11 +150,11 @@ func (r *Runner) takeRoom(ctx context.Context) (n int, t fair.Turn, urgent bool)
 	poll := time.NewTicker(r.cfg.FetchPollInterval)
 	defer poll.Stop()
 	for {
-		changed, stopped := r.room.changed()
+		changed, stopped := r.sched.roomFreed()
 		if stopped || ctx.Err() != nil {
 			return 0, fair.Turn{}, false
 		}
-		if n, t, urgent := r.sched.take(ctx, r.room, r.cfg.BatchSize, want); n > 0 {
+		if n, t, urgent := r.sched.take(ctx, r.cfg.BatchSize, want); n > 0 {
 			return n, t, urgent
 		}
 		if late == nil && want > 1 {
@@ -171,61 +170,6 @@ func (r *Runner) takeRoom(ctx context.Context) (n int, t fair.Turn, urgent bool)
 		case <-ctx.Done():
 		}
 	}
-}
-
-// room is the process's fair.Room, shared by its runners, with the
-// channel that tells the runners waiting for room that it changed.
-type room struct {
-	mu sync.Mutex
-	fair.Room
-	stopped bool
-	freed   chan struct{} // closed (and replaced) when room is given back, or poked
-}
-
-func newRoom(n, over int) *room {
-	return &room{Room: fair.Room{Free: n, Over: over}, freed: make(chan struct{})}
-}
-
-// changed is closed when room is given back or poked; stopped says the
-// room is stopped.
-func (r *room) changed() (<-chan struct{}, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.freed, r.stopped
-}
-
-// poke wakes the runners waiting for room (a conversation became due: a
-// tenant may be urgent).
-func (r *room) poke() { r.update(func() {}) }
-
-// grab takes up to most when at least want is free (fair.Room.Grab),
-// unless the room is stopped.
-func (r *room) grab(most, want int) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped {
-		return 0
-	}
-	return r.Grab(most, want)
-}
-
-// give returns n taken by take or grab.
-func (r *room) give(n int) {
-	if n > 0 {
-		r.update(func() { r.Give(n) })
-	}
-}
-
-// stop makes every take fail and wakes the runners waiting (a stop).
-func (r *room) stop() { r.update(func() { r.stopped = true }) }
-
-// update changes the room under its lock and wakes the runners waiting.
-func (r *room) update(change func()) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	change()
-	close(r.freed)
-	r.freed = make(chan struct{})
 }
 
 const releaseSlot = `SELECT pg_advisory_unlock(-1 - $1::int, $2::int)`

@@ -19,8 +19,11 @@ import (
 
 // The scheduler is the shell around jobs/fair's model: it reads the
 // ready set's summary for it, feeds it the notifications of conversations
-// that became due, and parks and wakes the runners it says wait. The policy
-// — weighted rounds, turn slices, urgency, misses — is in package fair.
+// that became due, keeps the process's room (fair.Room), and parks and
+// wakes the runners it says wait. The policy — weighted rounds, turn
+// slices, urgency, misses, room — is in package fair. One mutex guards the
+// model, the room and the waiting runners: a take decides over both at
+// once.
 
 // ActiveTenantsQuery lists each tenant with a conversation in the ready set
 // and its earliest due time: a loose index scan of ready_tenant_due_idx, one
@@ -62,29 +65,33 @@ type scheduler struct {
 	waiters    []chan struct{}
 	wakeups    int
 	maxWakeups int
-	// onDue, if set, is told that a conversation became due (the runner's
-	// room wakes the runners waiting for room, to look for urgent tenants).
-	onDue func()
+	// room is the process's room (Workers, and the overdraft), which its
+	// runners take from and give back to; freed is closed (and replaced)
+	// when room is given back or a conversation became due (a tenant may
+	// be urgent), for the runners waiting for room; stopped: no take
+	// succeeds any more (a stop).
+	room    fair.Room
+	freed   chan struct{}
+	stopped bool
 	// reads counts the reads of the ready set's summary (tests).
 	reads atomic.Int64
 }
 
 // newScheduler builds the scheduler of a process whose runners number
-// runners.
-func newScheduler(pool *pgxpool.Pool, poll, refreshMin, slice time.Duration, runners int, db *outage.Watch, logger *slog.Logger) *scheduler {
-	return &scheduler{pool: pool, db: db, logger: logger, maxWakeups: runners,
+// runners, sharing room.
+func newScheduler(pool *pgxpool.Pool, poll, refreshMin, slice time.Duration, room fair.Room, runners int, db *outage.Watch, logger *slog.Logger) *scheduler {
+	return &scheduler{pool: pool, db: db, logger: logger, maxWakeups: runners, room: room, freed: make(chan struct{}),
 		m: fair.New(fair.Config{Poll: poll, RefreshMin: refreshMin, Slice: slice})}
 }
 
 // noteDue records that a conversation of tenant became due (0: unknown)
-// and wakes a runner.
+// and wakes a runner, and the runners waiting for room (to look for an
+// urgent tenant).
 func (s *scheduler) noteDue(tenant int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.wake(s.m.NoteDue(time.Now(), tenant))
-	if s.onDue != nil {
-		s.onDue()
-	}
+	s.roomChanged()
 }
 
 // decide asks the model with ask, reading the ready set for it when it
@@ -101,20 +108,16 @@ func (s *scheduler) decide(ctx context.Context, ask func(now time.Time, fresh bo
 }
 
 // take is a free runner's claim on the room (fair.Take), with the ready
-// set read for it if need be — without holding the room, which drains
-// give back to meanwhile.
-func (s *scheduler) take(ctx context.Context, r *room, most, want int) (n int, t fair.Turn, urgent bool) {
+// set read for it if need be.
+func (s *scheduler) take(ctx context.Context, most, want int) (n int, t fair.Turn, urgent bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for fresh := false; ; fresh = true {
-		r.mu.Lock()
-		if r.stopped {
-			r.mu.Unlock()
+		if s.stopped {
 			return 0, fair.Turn{}, false
 		}
 		var d fair.Decision
-		n, t, urgent, d = fair.Take(s.m, &r.Room, time.Now(), most, want, fresh)
-		r.mu.Unlock()
+		n, t, urgent, d = fair.Take(s.m, &s.room, time.Now(), most, want, fresh)
 		if d != fair.Refresh || fresh || s.db.Wait() > 0 {
 			// While Postgres is away its watch paces every look (no read
 			// every poll from each runner waiting for room).
@@ -226,8 +229,8 @@ func (s *scheduler) passOn(tenant int64, more bool) {
 	s.wake(s.m.PassOn(time.Now(), tenant, more))
 }
 
-// wakeAll wakes every waiting runner (a stop, or a listener that just
-// started and may have missed notifications).
+// wakeAll wakes every waiting runner (a listener that just started and
+// may have missed notifications).
 func (s *scheduler) wakeAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -237,6 +240,52 @@ func (s *scheduler) wakeAll() {
 	}
 	s.waiters = nil
 	s.wakeups = s.maxWakeups
+}
+
+// stop wakes every runner, waiting for work or for room, and makes every
+// take fail (a stop).
+func (s *scheduler) stop() {
+	s.wakeAll()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	s.roomChanged()
+}
+
+// roomFreed is closed when room is given back or a conversation becomes
+// due; stopped says no take succeeds any more.
+func (s *scheduler) roomFreed() (<-chan struct{}, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.freed, s.stopped
+}
+
+// grab takes up to most of the room when at least want is free
+// (fair.Room.Grab), unless stopped.
+func (s *scheduler) grab(most, want int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return 0
+	}
+	return s.room.Grab(most, want)
+}
+
+// give returns n taken by take or grab.
+func (s *scheduler) give(n int) {
+	if n <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.room.Give(n)
+	s.roomChanged()
+}
+
+// roomChanged wakes the runners waiting for room. Called with mu held.
+func (s *scheduler) roomChanged() {
+	close(s.freed)
+	s.freed = make(chan struct{})
 }
 
 // pick returns the tenant to claim from next; false when no tenant has a
