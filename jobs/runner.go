@@ -149,12 +149,9 @@ func (r *Runner) takeRoom(ctx context.Context) (n int, t fair.Turn, urgent bool)
 	// behind a full room (fair.Take reads it then).
 	poll := time.NewTicker(r.cfg.FetchPollInterval)
 	defer poll.Stop()
-	for {
-		changed, stopped := r.sched.roomFreed()
-		if stopped || ctx.Err() != nil {
-			return 0, fair.Turn{}, false
-		}
-		if n, t, urgent := r.sched.take(ctx, r.cfg.BatchSize, want); n > 0 {
+	for ctx.Err() == nil {
+		n, t, urgent, freed := r.sched.take(ctx, r.cfg.BatchSize, want)
+		if n > 0 || freed == nil {
 			return n, t, urgent
 		}
 		if late == nil && want > 1 {
@@ -163,13 +160,14 @@ func (r *Runner) takeRoom(ctx context.Context) (n int, t fair.Turn, urgent bool)
 			late = timer.C
 		}
 		select {
-		case <-changed:
+		case <-freed:
 		case <-late:
 			want = 1
 		case <-poll.C:
 		case <-ctx.Done():
 		}
 	}
+	return 0, fair.Turn{}, false
 }
 
 const releaseSlot = `SELECT pg_advisory_unlock(-1 - $1::int, $2::int)`

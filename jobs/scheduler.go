@@ -108,25 +108,22 @@ func (s *scheduler) decide(ctx context.Context, ask func(now time.Time, fresh bo
 }
 
 // take is a free runner's claim on the room (fair.Take), with the ready
-// set read for it if need be.
-func (s *scheduler) take(ctx context.Context, most, want int) (n int, t fair.Turn, urgent bool) {
+// set read for it if need be. With none for it, freed is closed once that
+// may have changed (room given back, a conversation due, a stop); nil
+// after a stop.
+func (s *scheduler) take(ctx context.Context, most, want int) (n int, t fair.Turn, urgent bool, freed <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for fresh := false; ; fresh = true {
-		if s.stopped {
-			return 0, fair.Turn{}, false
-		}
+	for fresh := false; !s.stopped; fresh = true {
 		var d fair.Decision
 		n, t, urgent, d = fair.Take(s.m, &s.room, time.Now(), most, want, fresh)
-		if d != fair.Refresh || fresh || s.db.Wait() > 0 {
-			// While Postgres is away its watch paces every look (no read
-			// every poll from each runner waiting for room).
-			return n, t, urgent
-		}
-		if s.refresh(ctx) != nil {
-			return 0, fair.Turn{}, false
+		// While Postgres is away its watch paces every look (no read every
+		// poll from each runner waiting for room).
+		if d != fair.Refresh || fresh || s.db.Wait() > 0 || s.refresh(ctx) != nil {
+			return n, t, urgent, s.freed
 		}
 	}
+	return 0, fair.Turn{}, false, nil
 }
 
 // waiting says whether a tenant other than mine waits for a worker.
@@ -250,14 +247,6 @@ func (s *scheduler) stop() {
 	defer s.mu.Unlock()
 	s.stopped = true
 	s.roomChanged()
-}
-
-// roomFreed is closed when room is given back or a conversation becomes
-// due; stopped says no take succeeds any more.
-func (s *scheduler) roomFreed() (<-chan struct{}, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.freed, s.stopped
 }
 
 // grab takes up to most of the room when at least want is free
