@@ -117,8 +117,8 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 		pc = &cred
 	}
 	var (
-		t      *tenants.Tenant                         // read for the first conversation ended alone
-		l      = lease{d: d.cfg.Lease, heard: claimed} // the batch's, on conn
+		t      *tenants.Tenant                              // read for the first conversation ended alone
+		l      = lease{length: d.cfg.Lease, heard: claimed} // the batch's, on conn
 		active = b.convs
 		ended  bool // the last write ended the batch's lease
 	)
@@ -366,7 +366,7 @@ func (r *Runner) endAlone(ctx, rctx context.Context, conn *pgxpool.Conn, b *batc
 	d := r.drainer
 	// Letting c go leaves the batch's lease on the connection, which may
 	// hold others of the batch still.
-	s := &session{conn: conn, conv: c.conv, fence: c.fence, after: d.cfg.Lease.Milliseconds(), lease: lease{d: d.cfg.Lease, heard: time.Now()}}
+	s := &session{conn: conn, conv: c.conv, fence: c.fence, after: d.cfg.Lease.Milliseconds(), lease: lease{length: d.cfg.Lease, heard: time.Now()}}
 	// The lease restarts with this statement, heard just before it.
 	if _, err := conn.Exec(rctx, checkFence, c.conv, c.fence); err != nil {
 		if err = s.written(err); errors.Is(err, ErrFenced) {

@@ -47,14 +47,14 @@ type session struct {
 	lease
 }
 
-// lease is how long the locks a connection holds are the drain's: d is the
-// connection's idle_session_timeout, heard when the drain last sent a
-// statement on it. Postgres restarts the idle timer when that statement
-// ends, later than heard, so heard+d is an early bound of when the session
+// lease is how long the locks a connection holds are the drain's: length
+// is the connection's idle_session_timeout, heard when the drain last sent
+// a statement on it. Postgres restarts the idle timer when that statement
+// ends, later than heard, so heard+length is an early bound of when the session
 // (and its locks) may be gone. A drain alone and a batch keep theirs alike.
 type lease struct {
-	d     time.Duration
-	heard time.Time
+	length time.Duration
+	heard  time.Time
 }
 
 // leaseMargin is what a drain keeps back from its lease when it bounds an
@@ -69,7 +69,7 @@ func (l *lease) touch() { l.heard = time.Now() }
 // (monotonic clock: a process frozen meanwhile finds its lease used up
 // when it wakes).
 func (l *lease) left() time.Duration {
-	return time.Until(l.heard.Add(l.d - leaseMargin(l.d)))
+	return time.Until(l.heard.Add(l.length - leaseMargin(l.length)))
 }
 
 // checkFence renews the lease (the statement restarts the session's idle
@@ -99,14 +99,14 @@ func leaseFor(timeout time.Duration) time.Duration { return timeout + timeout/9 
 // lease, its session ended by Postgres, a newer drain in charge).
 func (s *session) callContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc, error) {
 	if s.left() < timeout {
-		if need := leaseFor(timeout); need > s.d {
+		if need := leaseFor(timeout); need > s.length {
 			b := &pgx.Batch{}
 			b.Queue(stretchQuery, s.conv, s.fence, need.Milliseconds())
 			b.Queue(stretchReadyQuery, s.conv, need.Milliseconds())
 			if err := s.send(ctx, b); err != nil {
 				return nil, nil, fmt.Errorf("lengthen lease: %w", err)
 			}
-			s.d = need
+			s.length = need
 		} else {
 			s.touch()
 			if _, err := s.conn.Exec(ctx, checkFence, s.conv, s.fence); err != nil {
@@ -219,7 +219,7 @@ func claimAndOpen(ctx context.Context, conn *pgxpool.Conn, t fair.Turn, leaseMS 
 	if batched || conv == 0 {
 		return nil, st, nil
 	}
-	s = &session{conn: conn, conv: conv, fence: fence, lease: lease{d: time.Duration(leaseMS) * time.Millisecond, heard: heard}}
+	s = &session{conn: conn, conv: conv, fence: fence, lease: lease{length: time.Duration(leaseMS) * time.Millisecond, heard: heard}}
 	if slot != nil {
 		s.slot = &slotHold{tenant: t.Tenant, slot: *slot}
 	}
