@@ -57,9 +57,8 @@ type batchConv struct {
 	conversationID string
 	m              message
 	st             step
-	sent           bool // the send was made (err: its failure)
-	providerID     string
-	err            error
+	sent           bool // the send was made (e: what it did)
+	e              effect
 	recorded       bool // ordo.finish recorded it, or it was ended alone
 }
 
@@ -153,7 +152,7 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 		// number), and the batch ends with this round, so that none of the
 		// others, released by the finish, is sent again before it.
 		for i := range active {
-			if c := &active[i]; stopsTheTenant(c.err) {
+			if c := &active[i]; stopsTheTenant(c.e.err) {
 				goOn = false
 				if !endOne(c) {
 					cancel()
@@ -163,7 +162,7 @@ func (r *Runner) drainBatch(ctx context.Context, conn *pgxpool.Conn, b *batch, c
 		}
 		failed := 0 // to end alone after the finish
 		for _, c := range active {
-			if !c.recorded && (!c.sent || c.err != nil) {
+			if !c.recorded && (!c.sent || c.e.err != nil) {
 				failed++
 			}
 		}
@@ -233,10 +232,7 @@ func (r *Runner) sendRound(ctx context.Context, active []batchConv, cred *whatsa
 			if d.hooks.beforeEffect != nil {
 				d.hooks.beforeEffect(c.st.id)
 			}
-			start := time.Now()
-			c.providerID, c.err = (&run{d: d, conversationID: c.conversationID, cred: cred}).send(callCtx, &c.st)
-			c.sent = true
-			d.cfg.Metrics.Call("send", time.Since(start), c.err)
+			c.e, c.sent = (&run{d: d, conversationID: c.conversationID, cred: cred}).call(callCtx, c.m, &c.st), true
 			if d.hooks.afterEffect != nil {
 				d.hooks.afterEffect(c.st.id)
 			}
@@ -267,7 +263,7 @@ func (r *Runner) finishRound(ctx context.Context, conn *pgxpool.Conn, active []b
 	byConv := make(map[int64]*batchConv, n)
 	for i := range active {
 		c := &active[i]
-		if !c.sent || c.err != nil {
+		if !c.sent || c.e.err != nil {
 			continue
 		}
 		if d.hooks.beforeFinish != nil {
@@ -275,7 +271,7 @@ func (r *Runner) finishRound(ctx context.Context, conn *pgxpool.Conn, active []b
 		}
 		convs, fences, steps, msgs, seqs = append(convs, c.conv), append(fences, c.fence), append(steps, c.st.id), append(msgs, c.m.pk), append(seqs, c.m.seq)
 		// Its message's last step: a batch holds outbound messages, one send each.
-		pids, lasts = append(pids, c.providerID), append(lasts, true)
+		pids, lasts = append(pids, *c.e.providerID), append(lasts, true)
 		byConv[c.conv] = c
 	}
 	if len(convs) == 0 {
@@ -357,10 +353,11 @@ func (r *Runner) finishRound(ctx context.Context, conn *pgxpool.Conn, active []b
 }
 
 // endAlone ends conversation c of batch b the way its own drain would: a
-// send that failed is recorded as a failure (retry, dead letter, pause), one
-// that succeeded but was not recorded with the batch is finished alone, and
-// one never sent (no usable credential) is drained from its started step.
-// The batch's lease covers it meanwhile. cred is the
+// send is recorded as its drain records one (a failure settled: retry,
+// dead letter, pause; a success the batch's write did not record, finished
+// alone), and one never sent (no usable credential) takes its step from
+// the send it started. Then the conversation is let go: due again at once
+// for what is left. The batch's lease covers it meanwhile. cred is the
 // batch's credential (nil: it could not be read).
 func (r *Runner) endAlone(ctx, rctx context.Context, conn *pgxpool.Conn, b *batch, c *batchConv, t tenants.Tenant, cred *whatsapp.Credential, name string) bool {
 	d := r.drainer
@@ -374,25 +371,16 @@ func (r *Runner) endAlone(ctx, rctx context.Context, conn *pgxpool.Conn, b *batc
 		}
 		return false
 	}
-	if !c.sent {
-		st := convState{fence: c.fence, headSeq: c.m.seq - 1, tenantID: b.tenant, conversationID: c.conversationID,
-			tenant: t, credentialAt: b.credentialAt, next: c.m, nextSteps: []step{c.st}}
-		return r.drainClaimed(ctx, s, st, name)
-	}
 	run := &run{d: d, s: s, tenant: t, conversationID: c.conversationID, credentialAt: b.credentialAt, cred: cred,
 		log: d.logger.With(slog.Int64("conversation", c.conv), slog.String("runner", name), slog.Int64("fence", c.fence))}
 	var (
 		out outcome
 		err error
 	)
-	if c.err != nil {
-		var f *failure
-		if !errors.As(c.err, &f) {
-			f = &failure{msg: c.err.Error()}
-		}
-		out, err = run.failed(rctx, c.m, &c.st, f)
+	if c.sent {
+		out, err = run.record(rctx, c.m, &c.st, true, c.e)
 	} else {
-		out, err = run.finish(rctx, c.m, &c.st, &c.providerID, true, nil)
+		out, err = run.step(ctx, c.m, &c.st, true)
 	}
 	return r.end(ctx, s, out.ended(), run.stop(err))
 }

@@ -623,3 +623,59 @@ func offerCampaign(b *jobstest.Bundle, clients, convsEach, messages int) <-chan 
 	}()
 	return errs
 }
+
+// A batch claimed on the tenant's cached number whose credential has become
+// unreadable since (set again with a master key this process lacks, or
+// altered) sends nothing: each conversation takes its started send back,
+// the tenant's sending is paused once, and no attempt is burnt; set right
+// and resumed, every message goes out once and in order. Each
+// conversation of such a batch is ended with one step of the drain's step
+// machine, not with a drain of its own run inside the batch's.
+func TestBatchWithAnUnreadableCredentialPausesAndLosesNothing(t *testing.T) {
+	t.Parallel()
+	const n, each = 4, 3
+	b := batchSetup(t, jobs.Config{Workers: 8, BatchSize: 8})
+	ctx := context.Background()
+	var saved []byte
+	if err := b.Pool.QueryRow(ctx, `SELECT ciphertext FROM ordo.credentials WHERE name = 'whatsapp' AND tenant_id = (SELECT id FROM ordo.tenants WHERE slug = 'acme')`).Scan(&saved); err != nil {
+		t.Fatal(err)
+	}
+	spoil := `UPDATE ordo.credentials SET ciphertext = $1, updated_at = clock_timestamp() WHERE name = 'whatsapp' AND tenant_id = (SELECT id FROM ordo.tenants WHERE slug = 'acme')`
+	if _, err := b.Pool.Exec(ctx, spoil, append([]byte{saved[0] ^ 0xff}, saved[1:]...)); err != nil {
+		t.Fatal(err)
+	}
+	importBacklogs(t, b, "u", n, each)
+	b.WaitFor("the tenant paused", 10*time.Second, func() bool {
+		return b.Count(`SELECT count(*) FROM ordo.tenants WHERE sending_paused_at IS NOT NULL AND sending_paused_reason LIKE '%cannot be decrypted%'`) == 1
+	})
+	b.WaitFor("every conversation waiting, its lock released", 10*time.Second, func() bool {
+		return b.Count(heldLocks) == 0 && b.Count(`SELECT count(*) FROM ordo.steps WHERE status = 'running'`) == 0
+	})
+	if got := jobs.Batches(b.Runner); got == 0 {
+		t.Fatal("no batch was claimed: the test proves nothing")
+	}
+	if got := len(b.WhatsApp.Sends()); got != 1 {
+		t.Fatalf("%d sends with an unreadable credential, want only the warm-up", got-1)
+	}
+	if got := b.Count(`SELECT count(*) FROM ordo.steps WHERE attempts > 0 AND status <> 'done'`); got != 0 {
+		t.Fatalf("%d steps lost an attempt to a credential no send could use", got)
+	}
+	if got := b.Count(`SELECT count(*) FROM ordo.dead_letters`); got != 0 {
+		t.Fatalf("%d dead letters", got)
+	}
+	if _, err := b.Pool.Exec(ctx, spoil, saved); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Tenants.ResumeSending(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitFor("every message sent after the resume", 20*time.Second, func() bool { return len(b.WhatsApp.Sends()) == 1+n*each })
+	for i := range n {
+		conv := fmt.Sprintf("u%03d", i)
+		for k, s := range b.WhatsApp.SendsTo(conv) {
+			if want := fmt.Sprintf("%s #%d", conv, k); s.Text != want {
+				t.Fatalf("%s: send %d is %q, want %q: out of order or twice", conv, k, s.Text, want)
+			}
+		}
+	}
+}

@@ -119,7 +119,8 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 		}
 		r.sched.passOn(t.Tenant, st.more)
 		held = s.slot
-		usable := r.drainClaimed(ctx, s, st, name)
+		end, err := d.drain(ctx, s, st, name)
+		usable := r.end(ctx, s, end, err)
 		r.sched.give(1)
 		if !usable {
 			held = nil
@@ -171,13 +172,6 @@ func (r *Runner) takeRoom(ctx context.Context) (n int, t fair.Turn, urgent bool)
 }
 
 const releaseSlot = `SELECT pg_advisory_unlock(-1 - $1::int, $2::int)`
-
-// drainClaimed drains what s claimed and ends the session; false when the
-// connection cannot be used again.
-func (r *Runner) drainClaimed(ctx context.Context, s *session, st convState, name string) bool {
-	end, err := r.drainer.drain(ctx, s, st, name)
-	return r.end(ctx, s, end, err)
-}
 
 // end ends a drain run as it ended (end, err) and the session with it;
 // false when the connection cannot be used again.

@@ -245,10 +245,46 @@ const markUnknown = `
 UPDATE ordo.steps SET status = 'unknown', ambiguous_count = ambiguous_count + 1, errors = errors || $2::jsonb
 WHERE id = $1 AND status = 'running'`
 
-// step runs one attempt of st, after settling an earlier send attempt whose
-// outcome is unknown, and once the send may go (credential, pacing, pause);
-// a step the previous message's last write started goes straight out.
+// step runs one attempt of st: what must come first (prepare), the
+// call, and its record — the three parts a batch also uses (batch.go).
 func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome, error) {
+	if out, ok, err := r.prepare(ctx, m, st, last); err != nil || !ok {
+		return out, err
+	}
+	st.started = false
+	if r.d.hooks.beforeEffect != nil {
+		r.d.hooks.beforeEffect(st.id)
+	}
+	timeout := r.d.cfg.SendTimeout
+	if st.kind == "handle" {
+		timeout = r.handlerTimeout()
+	}
+	callCtx, cancel, err := r.s.callContext(ctx, timeout)
+	if err != nil {
+		return outcome{}, err // not sure of the lease: no call
+	}
+	e := r.call(callCtx, m, st)
+	cancel()
+	var f *failure
+	if st.kind == "handle" && (e.err == nil || errors.As(e.err, &f) && f.action != actUnreachable && !f.silent) {
+		r.answered(ctx, handlerDep)
+	}
+	if st.kind == "send" && (e.err == nil || errors.As(e.err, &f) && f.answered) {
+		r.answered(ctx, numberDep)
+	}
+	if r.d.hooks.afterEffect != nil {
+		r.d.hooks.afterEffect(st.id)
+	}
+	return r.record(ctx, m, st, last, e)
+}
+
+// prepare does what must come before st's attempt: it settles an earlier
+// send attempt whose outcome is unknown, and makes sure the call may go
+// (the tenant not paused, the handler or number not away or this run
+// probing it, the send checked, the credential read, a slot taken); a step
+// the previous message's last write started goes straight on. ok false:
+// no call now, and out says what happens instead.
+func (r *run) prepare(ctx context.Context, m message, st *step, last bool) (out outcome, ok bool, err error) {
 	if st.kind == "handle" && r.tenant.SendingPausedAt != nil {
 		// A paused tenant makes no external call at all: its handler's
 		// replies could not be sent anyway.
@@ -258,112 +294,107 @@ func (r *run) step(ctx context.Context, m message, st *step, last bool) (outcome
 		} else {
 			entry = errorEntry(st.attempts, "tenant paused: "+r.tenant.SendingPausedReason, "")
 		}
-		return r.pauseSending(ctx, st, r.tenant.SendingPausedReason, entry)
+		out, err := r.pauseSending(ctx, st, r.tenant.SendingPausedReason, entry)
+		return out, false, err
 	}
 	if st.kind == "handle" && !st.started && st.id != 0 {
 		// Called before: its replies may have been posted meanwhile, or it
 		// is waiting for them (async).
 		if out, handled, err := r.awaitReplies(ctx, m, st, last); err != nil || handled {
-			return out, err
+			return out, false, err
 		}
 	}
 	if st.kind == "handle" && r.tenant.HandlerURL != "" && r.outage(handlerDep) {
 		if out, ok, err := r.probeHandler(ctx, st); err != nil || !ok {
-			return out, err
+			return out, false, err
 		}
 	}
 	switch st.status {
 	case "unchecked": // came in through SQL: checked before its first attempt (send.go)
 		f, err := r.checkUnchecked(ctx, m, st)
 		if err != nil {
-			return outcome{}, err
+			return outcome{}, false, err
 		}
 		if f != nil {
-			return r.failed(ctx, m, st, f)
+			out, err := r.failed(ctx, m, st, f)
+			return out, false, err
 		}
 	case "refused": // checked by another drain's check
 		reason, err := r.refusedReason(ctx, st)
 		if err != nil {
-			return outcome{}, err
+			return outcome{}, false, err
 		}
-		return r.deadLetter(ctx, m, st, reason, nil)
+		out, err := r.deadLetter(ctx, m, st, reason, nil)
+		return out, false, err
 	}
 	if !st.started {
 		if out, ok, err := r.ready(ctx, m, st, last); err != nil || !ok {
-			return out, err
+			return out, false, err
 		}
 	} else if st.kind == "send" {
 		// Started by the takeover on the cached number: the credential
 		// itself is read now (and a tenant without one gets the attempt back
 		// and its sending paused).
 		if out, ok, err := r.prepareSend(ctx, st); err != nil || !ok {
-			return out, err
+			return out, false, err
 		}
 	}
 	if st.kind == "send" && r.outage(numberDep) {
 		// The attempt is recorded: one send at a time probes the number.
 		if out, ok, err := r.probeNumber(ctx, st); err != nil || !ok {
-			return out, err
+			return out, false, err
 		}
 	}
-	st.started = false
-	if r.d.hooks.beforeEffect != nil {
-		r.d.hooks.beforeEffect(st.id)
-	}
+	return outcome{}, true, nil
+}
 
-	timeout := r.d.cfg.SendTimeout
-	if st.kind == "handle" {
-		timeout = r.handlerTimeout()
-	}
-	callCtx, cancel, err := r.s.callContext(ctx, timeout)
-	if err != nil {
-		return outcome{}, err // not sure of the lease: no call
-	}
-	var (
-		providerID *string
-		answer     handlerAnswer
-		replies    json.RawMessage
-	)
-	callStart := time.Now()
+// effect is what a step's external call did: a send's message id or a
+// handler's answer, or its failure.
+type effect struct {
+	providerID *string
+	answer     handlerAnswer
+	err        error
+}
+
+// call makes st's external call, a handler call or a send, within ctx
+// (which the caller bounds by its lease).
+func (r *run) call(ctx context.Context, m message, st *step) (e effect) {
+	start := time.Now()
 	switch st.kind {
 	case "handle":
-		answer, err = r.callHandler(callCtx, m)
-		replies = answer.replies
+		e.answer, e.err = r.callHandler(ctx, m)
 	case "send":
 		var id string
-		id, err = r.send(callCtx, st)
-		providerID = &id
+		id, e.err = r.send(ctx, st)
+		e.providerID = &id
 	}
-	cancel()
-	r.d.cfg.Metrics.Call(st.kind, time.Since(callStart), err)
-	var f *failure
-	if st.kind == "handle" && (err == nil || errors.As(err, &f) && f.action != actUnreachable && !f.silent) {
-		r.answered(ctx, handlerDep)
-	}
-	if st.kind == "send" && (err == nil || errors.As(err, &f) && f.answered) {
-		r.answered(ctx, numberDep)
-	}
-	if r.d.hooks.afterEffect != nil {
-		r.d.hooks.afterEffect(st.id)
-	}
-	// The effect happened (or was tried): record it even when the worker is
-	// being stopped meanwhile, or the next drain finds it in doubt.
-	ctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-	defer cancelRecord()
-	if err != nil {
+	r.d.cfg.Metrics.Call(st.kind, time.Since(start), e.err)
+	return e
+}
+
+// record writes what st's call did (e): a failure settled (failed), an
+// async handler's wait for its replies, or the step done, with a
+// handler's replies as the message's next steps (finish). The effect
+// happened (or was tried): it is recorded even when the worker is being
+// stopped meanwhile, or the next drain finds it in doubt.
+func (r *run) record(ctx context.Context, m message, st *step, last bool, e effect) (outcome, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	if e.err != nil {
 		var f *failure
-		if !errors.As(err, &f) {
-			f = &failure{msg: err.Error()}
+		if !errors.As(e.err, &f) {
+			f = &failure{msg: e.err.Error()}
 		}
 		return r.failed(ctx, m, st, f)
 	}
-	if answer.wait {
+	if e.answer.wait {
 		return r.waitReplies(ctx, m, st, last)
 	}
+	replies := e.answer.replies
 	if len(replies) <= 2 { // "[]": no replies, no more steps
 		replies = nil
 	}
-	return r.finish(ctx, m, st, providerID, last && replies == nil, replies)
+	return r.finish(ctx, m, st, e.providerID, last && replies == nil, replies)
 }
 
 // recordTimeout bounds recording a step's outcome after its call, which
