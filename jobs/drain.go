@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ordo-dev/ordo/jobs/fair"
 	"github.com/ordo-dev/ordo/jobs/whatsapp"
 	"github.com/ordo-dev/ordo/tenants"
 )
@@ -33,17 +34,16 @@ type Drainer struct {
 	// unknownTypes logs once each message type the schema does not know
 	// that a send let through (issue 26: jobs/whatsapp/validate_unknown.go).
 	unknownTypes whatsapp.TypeWarnings
-	// turns, when set, says whether a tenant other than the drain's is
-	// waiting for a worker (waiting) and hands the drain's worker to it
-	// (handOff); the runner's scheduler.
+	// turns is the runner's scheduler, which decides whether a drain goes
+	// on to its next message (fair.Scheduler.DrainGoesOn) and counts what
+	// it sends.
 	turns turnKeeper
 }
 
 // turnKeeper is what a drain asks and tells the scheduler at a message
 // boundary.
 type turnKeeper interface {
-	waiting(tenant int64) bool
-	handOff(tenant int64) bool
+	drainGoesOn(tenant int64, started time.Time, next int, l fair.RunLimits) bool
 	sent(tenant int64, n int) // n more messages go out on the drain's worker
 }
 
@@ -133,22 +133,14 @@ func (d *Drainer) drain(ctx context.Context, s *session, st convState, runner st
 	head := st.headSeq
 	m, steps, err := st.next, st.nextSteps, st.nextErr // read (and maybe started) with the takeover
 	r.prefetched = len(steps) > 0 && steps[0].started
-	within := func(n int) bool {
-		return n < d.cfg.MaxMessagesPerRun && time.Since(started) <= d.cfg.MaxRunTime && !d.stopping.Load()
-	}
-	// sliceOver: the run had its turn and another tenant waits for a
-	// worker; with handOff, this run's worker is promised to it.
-	sliceOver := func(handOff bool) bool {
-		if d.turns == nil || time.Since(started) < d.cfg.TurnSlice {
-			return false
-		}
-		if handOff {
-			return d.turns.handOff(st.tenant.ID)
-		}
-		return d.turns.waiting(st.tenant.ID)
+	limits := fair.RunLimits{Rounds: d.cfg.MaxMessagesPerRun, Time: d.cfg.MaxRunTime}
+	// goesOn: the run goes on to its message number next (past its turn,
+	// with another tenant waiting, its worker is promised to that one).
+	goesOn := func(next int) bool {
+		return !d.stopping.Load() && d.turns.drainGoesOn(st.tenant.ID, started, next, limits)
 	}
 	for n := 0; ; n++ {
-		if !r.prefetched && (!within(n) || n > 0 && sliceOver(true)) { // a prefetched message may have started: it goes on
+		if !r.prefetched && (d.stopping.Load() || n > 0 && !goesOn(n)) { // a prefetched message may have started: it goes on
 			return ended{park: true}, nil // yield the worker; due again now, behind its tenant's others
 		}
 		if n > 0 && !r.prefetched {
@@ -167,7 +159,7 @@ func (d *Drainer) drain(ctx context.Context, s *session, st convState, runner st
 		if err != nil {
 			return ended{}, err
 		}
-		if n > 0 && d.turns != nil {
+		if n > 0 {
 			d.turns.sent(st.tenant.ID, 1) // its share counts messages, not claims
 		}
 		// The message's last write reads (and may start) the next one when
@@ -176,9 +168,9 @@ func (d *Drainer) drain(ctx context.Context, s *session, st convState, runner st
 		// worker at the boundary, not after one more message (its p99 in
 		// `make bench` noisy was two provider answers, not one).
 		// Past the run's turn, with another tenant waiting, the worker
-		// is promised to it (handOff) and the write lets the conversation
+		// is promised to it (DrainGoesOn) and the write lets the conversation
 		// go: due again now, behind its tenant's others.
-		r.goOn = func() bool { return within(n+1) && !sliceOver(true) }
+		r.goOn = func() bool { return goesOn(n + 1) }
 		out, merr := r.message(ctx, m, steps)
 		if merr != nil {
 			return ended{}, r.stop(merr)

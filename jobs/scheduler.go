@@ -126,19 +126,12 @@ func (s *scheduler) take(ctx context.Context, most, want int) (n int, t fair.Tur
 	return 0, fair.Turn{}, false, nil
 }
 
-// waiting says whether a tenant other than mine waits for a worker.
-func (s *scheduler) waiting(mine int64) bool {
+// drainGoesOn says whether a drain of tenant goes on to its message
+// number next (fair.Scheduler.DrainGoesOn).
+func (s *scheduler) drainGoesOn(tenant int64, started time.Time, next int, l fair.RunLimits) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.m.Waiting(time.Now(), mine)
-}
-
-// handOff promises the calling drain's worker to a tenant other than mine
-// that waits for one, if any (fair.Scheduler.HandOff).
-func (s *scheduler) handOff(mine int64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m.HandOff(time.Now(), mine)
+	return s.m.DrainGoesOn(time.Now(), tenant, started, next, l)
 }
 
 // refilled: a batch of tenant took n more of its conversations

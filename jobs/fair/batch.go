@@ -21,8 +21,8 @@ type Batch struct {
 	Gathering time.Time
 }
 
-// RunLimits bound a batch's run as they bound a drain's
-// (MaxMessagesPerRun, MaxRunTime).
+// RunLimits bound a drain's run and a batch's alike (MaxMessagesPerRun,
+// MaxRunTime): messages, or rounds, and time.
 type RunLimits struct {
 	Rounds int
 	Time   time.Duration
@@ -54,6 +54,19 @@ func (s *Scheduler) GoesOn(now time.Time, b *Batch, l RunLimits) bool {
 	return b.Round+1 < l.Rounds && ran <= l.Time &&
 		(ran < s.cfg.Slice || s.Alone(now, b.Tenant) && !s.HandOff(now, b.Tenant)) &&
 		!(!b.Gathering.IsZero() && s.Merge(b.Tenant, b.Own, b.Most))
+}
+
+// DrainGoesOn says whether a drain of tenant alone in its run (one
+// conversation: jobs/drain.go; the simulation runs the same decision),
+// started at started, goes on at now to its message number next (from
+// 0): within its limits, and past its turn slice only while no tenant
+// with nothing running here waits for a worker — HandOff promises the
+// drain's worker to the one that waited longest. A batch goes on past
+// its slice only while its tenant is alone here (GoesOn): its round
+// shares the workers by weight, counting its conversations.
+func (s *Scheduler) DrainGoesOn(now time.Time, tenant int64, started time.Time, next int, l RunLimits) bool {
+	ran := now.Sub(started)
+	return next < l.Rounds && ran <= l.Time && (ran < s.cfg.Slice || !s.HandOff(now, tenant))
 }
 
 // Refills says whether the write of b's round that goes on (goOn, and

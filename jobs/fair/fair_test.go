@@ -393,6 +393,39 @@ func TestModel(t *testing.T) {
 				t.Fatalf("picked %v after the hand-off; want 3", got)
 			}
 		}},
+		{"a drain goes on within its limits, past its slice until a tenant with nothing running waits", func(t *testing.T, s *Scheduler) {
+			rows := []Due{due(1, 1, 0, 0), due(2, 1, 0, 0), due(3, 1, 0, 0)}
+			picks(s, t0, rows, 2)
+			s.PassOn(t0, 1, true)
+			s.PassOn(t0, 2, true)
+			l := RunLimits{Rounds: 10, Time: time.Second}
+			for _, c := range []struct {
+				at   time.Duration
+				next int
+				want bool
+			}{
+				{50 * time.Millisecond, 3, true},    // within its turn
+				{50 * time.Millisecond, 10, false},  // its messages used up
+				{1100 * time.Millisecond, 4, false}, // its time used up
+				{500 * time.Millisecond, 4, true},   // past its turn, no one waits
+			} {
+				if got := s.DrainGoesOn(t0.Add(c.at), 1, t0, c.next, l); got != c.want {
+					t.Fatalf("at %s, message %d: goes on %v, want %v", c.at, c.next, got, c.want)
+				}
+			}
+			now := t0.Add(500 * time.Millisecond)
+			s.NoteDue(now, 2) // a campaign with a drain running: gets its share through the round
+			if !s.DrainGoesOn(now, 1, t0, 4, l) {
+				t.Fatal("a drain stopped for a tenant that has a drain running")
+			}
+			s.NoteDue(now, 3)
+			if s.DrainGoesOn(now.Add(10*time.Millisecond), 1, t0, 4, l) {
+				t.Fatal("a drain past its turn went on while an idle tenant waited")
+			}
+			if got := picks(s, now, rows, 1); got[0] != 3 {
+				t.Fatalf("picked %v after the drain stopped; want 3, its worker promised", got)
+			}
+		}},
 		{"a tenant alone whose batch gathers sits out; back when it stops", func(t *testing.T, s *Scheduler) {
 			rows := []Due{dueNow(1, 1, 1)}
 			picks(s, t0, rows, 1)

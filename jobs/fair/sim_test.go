@@ -532,9 +532,7 @@ func (m *sim) sent(r *simRunner) {
 	case cv.pending == 0:
 		cv.inReady = false
 		m.end(r)
-	case r.n >= simMaxMessagesPerRun || m.now.Sub(r.started) > simMaxRunTime:
-		m.yield(r)
-	case m.now.Sub(r.started) >= simTurnSlice && m.s.HandOff(m.now, tn.id):
+	case !m.s.DrainGoesOn(m.now, tn.id, r.started, r.n, RunLimits{Rounds: simMaxMessagesPerRun, Time: simMaxRunTime}):
 		m.yield(r)
 	default:
 		m.s.Sent(tn.id, 1)
