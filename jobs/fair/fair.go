@@ -265,9 +265,9 @@ func (s *Scheduler) mark(tenant int64) {
 }
 
 // waitingSince returns the tenant other than mine (0: none excluded) that
-// has waited for a worker longest, if any; with idle, only one that has had
-// nothing running in this process for a slice (urgent). Ties go to the
-// lower id, so that the model is deterministic.
+// has waited for a worker longest with nothing running in this process for
+// a slice (urgent), if any. Ties go to the lower id, so that the model is
+// deterministic.
 //
 // A tenant whose drain here just ended — it yielded its worker at a turn's
 // end, or finished a conversation with more behind it — had its turn: it
@@ -275,7 +275,7 @@ func (s *Scheduler) mark(tenant int64) {
 // lightest campaigns out of turn whenever their one drain ended
 // (sim_test.go: a weight-1 tenant took 0.114 of the workers among weights
 // 1 to 4, not 0.1).
-func (s *Scheduler) waitingSince(now time.Time, mine int64, idle bool) (int64, bool) {
+func (s *Scheduler) waitingSince(now time.Time, mine int64) (int64, bool) {
 	var (
 		best   int64
 		bestAt time.Time
@@ -284,12 +284,10 @@ func (s *Scheduler) waitingSince(now time.Time, mine int64, idle bool) (int64, b
 		if id == mine {
 			continue
 		}
-		at := s.dueAt[id]
-		if idle {
-			if _, blocked := s.blocked[id]; blocked || s.running[id] > 0 || now.Sub(s.ended[id]) < s.cfg.Slice {
-				continue
-			}
+		if _, blocked := s.blocked[id]; blocked || s.running[id] > 0 || now.Sub(s.ended[id]) < s.cfg.Slice {
+			continue
 		}
+		at := s.dueAt[id]
 		if best == 0 || at.Before(bestAt) || at.Equal(bestAt) && id < best {
 			best, bestAt = id, at
 		}
@@ -306,7 +304,7 @@ func (s *Scheduler) Urgent(now time.Time, fresh bool) (t Turn, prev time.Time, d
 	if len(s.handed) > 0 {
 		return Turn{}, time.Time{}, None // a drain stopped its turn for them: Pick serves them first
 	}
-	id, ok := s.waitingSince(now, 0, true)
+	id, ok := s.waitingSince(now, 0)
 	if !ok {
 		return Turn{}, time.Time{}, None
 	}
@@ -336,17 +334,6 @@ func (s *Scheduler) Unpick(tenant int64, prev time.Time) {
 	}
 }
 
-// Waiting says whether a tenant other than mine waits for a worker with
-// nothing running in this process: one a drain past its turn slice stops
-// for. A tenant that has drains running gets its share through the round,
-// by weight; stopping drains for it too would hand workers round the
-// backlogged tenants in turn, whatever their weights (sim_test.go found
-// equal shares for weights 1 to 4).
-func (s *Scheduler) Waiting(now time.Time, mine int64) bool {
-	_, ok := s.waitingSince(now, mine, true)
-	return ok
-}
-
 // WaitingTenant says whether tenant waits for a worker: a conversation of
 // its became due since it was last picked.
 func (s *Scheduler) WaitingTenant(tenant int64) bool {
@@ -355,10 +342,14 @@ func (s *Scheduler) WaitingTenant(tenant int64) bool {
 
 // HandOff promises the calling drain's worker (a drain of mine that had
 // its turn slice) to the tenant other than mine that has waited longest
-// with nothing running here (Waiting), if any: it counts as picked at now (no other drain stops for it) and is
-// the next pick.
+// with nothing running here, if any: it counts as picked at now (no other
+// drain stops for it) and is the next pick. A tenant that has drains
+// running gets its share through the round, by weight; stopping drains
+// for it too would hand workers round the backlogged tenants in turn,
+// whatever their weights (sim_test.go found equal shares for weights 1
+// to 4).
 func (s *Scheduler) HandOff(now time.Time, mine int64) bool {
-	t, ok := s.waitingSince(now, mine, true)
+	t, ok := s.waitingSince(now, mine)
 	if !ok {
 		return false
 	}

@@ -382,7 +382,7 @@ func TestModel(t *testing.T) {
 			s.PassOn(t0, 2, true)
 			now := t0.Add(time.Second)
 			s.NoteDue(now, 2) // a campaign's conversation, with a drain running
-			if s.Waiting(now, 1) || s.HandOff(now, 1) {
+			if s.HandOff(now, 1) {
 				t.Fatal("a drain stopped for a tenant that has a drain running")
 			}
 			s.NoteDue(now, 3)
