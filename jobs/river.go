@@ -99,15 +99,8 @@ type Runner struct {
 	claims, claimsEmpty atomic.Int64
 	// batches counts the claims that took a batch (batch.go).
 	batches atomic.Int64
-	// lastBacklog is when a batch claim of this process last left due
-	// conversations of its tenant behind (unix nanoseconds).
-	lastBacklog atomic.Int64
-	runners     int // runner jobs kept: Workers plus the room's overdraft
+	runners int // runner jobs kept: Workers plus the room's overdraft
 }
-
-// batchRecent is how long after a batch claim left due conversations
-// behind runners still wait for room for half a batch (takeRoom).
-const batchRecent = time.Second
 
 // NewRunner builds a Runner; Start starts it.
 func NewRunner(pool *pgxpool.Pool, cfg Config, ts *tenants.Store, vault *tenants.Vault, logger *slog.Logger) (*Runner, error) {

@@ -101,9 +101,6 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 			r.sched.give(room - len(bt.convs))
 			r.batches.Add(1)
 			d.cfg.Metrics.BatchClaimed()
-			if bt.more {
-				r.lastBacklog.Store(time.Now().UnixNano())
-			}
 			if !r.drainBatch(ctx, conn, bt, claimed, name) { // gives back the batch's room
 				drop(false)
 			}
@@ -133,37 +130,32 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 	return nil
 }
 
-// takeRoom waits for room for a claim (fair.Take): for a batch, or at
-// least for one drain. While batches leave due conversations behind (a
-// backlog) a runner waits a moment (TurnSlice) for room for half a batch
-// before it takes less: room freed gathers into full batches instead of
-// scattering into batches of one or two. A tenant that waits and has
-// nothing running here gets room beyond Workers (urgent: t is its turn).
+// takeRoom waits for room for a claim (fair.Take), as much as the model
+// wants (fair.Scheduler.Want: for a while after a batch left a backlog,
+// room for half a batch first). A tenant that waits and has nothing
+// running here gets room beyond Workers (urgent: t is its turn).
 func (r *Runner) takeRoom(ctx context.Context) (n int, t fair.Turn, urgent bool) {
-	want := 1
-	if time.Since(time.Unix(0, r.lastBacklog.Load())) < batchRecent {
-		want = max(1, r.cfg.BatchSize/2)
-	}
-	var late <-chan time.Time
-	// A look at the ready set every poll interval even if nothing wakes
-	// this runner: a lost notification must not leave a waiting tenant
-	// behind a full room (fair.Take reads it then).
+	since := time.Now()
+	// A look when the model would want less, and one at the ready set
+	// every poll interval even if nothing wakes this runner: a lost
+	// notification must not leave a waiting tenant behind a full room
+	// (fair.Take reads it then).
+	late := time.NewTimer(0)
+	late.Stop()
+	defer late.Stop()
 	poll := time.NewTicker(r.cfg.FetchPollInterval)
 	defer poll.Stop()
 	for ctx.Err() == nil {
-		n, t, urgent, freed := r.sched.take(ctx, r.cfg.BatchSize, want)
+		n, t, urgent, later, freed := r.sched.take(ctx, r.cfg.BatchSize, since)
 		if n > 0 || freed == nil {
 			return n, t, urgent
 		}
-		if late == nil && want > 1 {
-			timer := time.NewTimer(r.cfg.TurnSlice)
-			defer timer.Stop()
-			late = timer.C
+		if later > 0 {
+			late.Reset(later)
 		}
 		select {
 		case <-freed:
-		case <-late:
-			want = 1
+		case <-late.C:
 		case <-poll.C:
 		case <-ctx.Done():
 		}

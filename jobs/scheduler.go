@@ -107,23 +107,30 @@ func (s *scheduler) decide(ctx context.Context, ask func(now time.Time, fresh bo
 	return ask(time.Now(), true)
 }
 
-// take is a free runner's claim on the room (fair.Take), with the ready
-// set read for it if need be. With none for it, freed is closed once that
-// may have changed (room given back, a conversation due, a stop); nil
-// after a stop.
-func (s *scheduler) take(ctx context.Context, most, want int) (n int, t fair.Turn, urgent bool, freed <-chan struct{}) {
+// take is a free runner's claim on the room (fair.Take) for as much as
+// the model wants of a runner that began to look at since (fair.Want),
+// with the ready set read for it if need be. With none for it, freed is
+// closed once that may have changed (room given back, a conversation due,
+// a stop; nil after a stop), and the runner looks again after later
+// (0: no sooner) when it would want less.
+func (s *scheduler) take(ctx context.Context, most int, since time.Time) (n int, t fair.Turn, urgent bool, later time.Duration, freed <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for fresh := false; !s.stopped; fresh = true {
-		var d fair.Decision
-		n, t, urgent, d = fair.Take(s.m, &s.room, time.Now(), most, want, fresh)
+		var (
+			d    fair.Decision
+			want int
+			now  = time.Now()
+		)
+		want, later = s.m.Want(now, since, most)
+		n, t, urgent, d = fair.Take(s.m, &s.room, now, most, want, fresh)
 		// While Postgres is away its watch paces every look (no read every
 		// poll from each runner waiting for room).
 		if d != fair.Refresh || fresh || s.db.Wait() > 0 || s.refresh(ctx) != nil {
-			return n, t, urgent, s.freed
+			return n, t, urgent, later, s.freed
 		}
 	}
-	return 0, fair.Turn{}, false, nil
+	return 0, fair.Turn{}, false, 0, nil
 }
 
 // drainGoesOn says whether a drain of tenant goes on to its message

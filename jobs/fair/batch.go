@@ -34,9 +34,13 @@ type RunLimits struct {
 // conversations that become due join it at its next round instead of
 // being claimed by other runners in batches of their own; the round
 // counts its conversations (Took) before PassOn says whether the tenant
-// stays in it.
+// stays in it. With more, free runners want room for half a batch for a
+// while (Want).
 func (s *Scheduler) StartBatch(now time.Time, b *Batch, more bool) Wake {
 	b.Started = now
+	if more {
+		s.backlogAt = now
+	}
 	s.gather(now, b, b.Own < b.Most && s.Alone(now, b.Tenant))
 	s.Took(b.Tenant, b.Own)
 	return s.PassOn(now, b.Tenant, more)

@@ -174,6 +174,10 @@ type Scheduler struct {
 	// current round of each began: it sits out of the round while one of
 	// them is within a turn slice of it.
 	gathering map[int64][]time.Time
+	// backlogAt is when a batch claim here last left due conversations of
+	// its tenant behind (StartBatch): Want asks for half a batch for
+	// BacklogRecent after.
+	backlogAt time.Time
 }
 
 // Wake says which runners waiting for work an event wakes.
@@ -861,8 +865,29 @@ func (r *Room) Overdraw() bool {
 // Give returns n taken by Grab or Overdraw.
 func (r *Room) Give(n int) { r.Free += max(n, 0) }
 
+// BacklogRecent is how long after a batch claim left due conversations
+// behind a free runner still waits for room for half a batch (Want).
+const BacklogRecent = time.Second
+
+// Want is the room a free runner that began to look at since wants at
+// now before it claims: half a batch (of most) while batch claims here
+// leave due conversations behind (the last within BacklogRecent), until
+// it has looked for a turn slice, so that room given back gathers into
+// full batches instead of scattering into batches of one or two; one
+// otherwise. later is how long until the answer drops to one (0: it is
+// one).
+func (s *Scheduler) Want(now, since time.Time, most int) (want int, later time.Duration) {
+	if want = max(1, most/2); want == 1 || s.backlogAt.IsZero() || now.Sub(s.backlogAt) >= BacklogRecent {
+		return 1, 0
+	}
+	if later = min(s.cfg.Slice-now.Sub(since), BacklogRecent-now.Sub(s.backlogAt)); later <= 0 {
+		return 1, 0
+	}
+	return want, later
+}
+
 // Take is a free runner's decision for room at now, given the room it
-// wants (want: more than one while batches leave a backlog): room to claim
+// wants (Want): room to claim
 // from the round (n > 0, d Go, urgent false: Pick says whose), room for an
 // urgent tenant (urgent true, t its turn), or none (d None: wait for room
 // to be given back, or Refresh: read the ready set and ask again).

@@ -426,6 +426,39 @@ func TestModel(t *testing.T) {
 				t.Fatalf("picked %v after the drain stopped; want 3, its worker promised", got)
 			}
 		}},
+		{"a free runner wants half a batch for a slice while batches leave a backlog", func(t *testing.T, s *Scheduler) {
+			type want struct {
+				n     int
+				later time.Duration
+			}
+			ask := func(now, since time.Time) want {
+				n, later := s.Want(now, since, 8)
+				return want{n, later}
+			}
+			if got := ask(t0, t0); got != (want{1, 0}) {
+				t.Fatalf("no backlog yet: %v; want one", got)
+			}
+			b := &Batch{Tenant: 1, Most: 8, Own: 8}
+			s.StartBatch(t0, b, false)
+			if got := ask(t0, t0); got != (want{1, 0}) {
+				t.Fatalf("a full batch that left nothing behind: %v; want one", got)
+			}
+			s.StartBatch(t0, b, true)
+			for _, c := range []struct {
+				since, now time.Duration
+				want       want
+			}{
+				{0, 0, want{4, 100 * time.Millisecond}},                                          // a slice to gather
+				{0, 60 * time.Millisecond, want{4, 40 * time.Millisecond}},                       // what is left of it
+				{0, 100 * time.Millisecond, want{1, 0}},                                          // looked a slice: takes one
+				{950 * time.Millisecond, 950 * time.Millisecond, want{4, 50 * time.Millisecond}}, // the backlog's second ends first
+				{time.Second, time.Second, want{1, 0}},                                           // the backlog is old news
+			} {
+				if got := ask(t0.Add(c.now), t0.Add(c.since)); got != c.want {
+					t.Fatalf("looking since %s, at %s: %v; want %v", c.since, c.now, got, c.want)
+				}
+			}
+		}},
 		{"a tenant alone whose batch gathers sits out; back when it stops", func(t *testing.T, s *Scheduler) {
 			rows := []Due{dueNow(1, 1, 1)}
 			picks(s, t0, rows, 1)

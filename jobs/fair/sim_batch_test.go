@@ -81,9 +81,6 @@ func (m *sim) claimBatch(r *simRunner, t Turn, n int) {
 		m.room.Give(n - len(convs))
 		b.Own = len(convs)
 		m.pokeRoom()
-		if more {
-			m.lastBacklog = m.now
-		}
 		m.wake(m.s.StartBatch(m.now, &b.Batch, more))
 		m.round(r)
 	})

@@ -67,9 +67,8 @@ const (
 	// simMaxMessagesPerRun bounds a drain's messages, a batch's rounds
 	// (jobs.MaxMessagesPerRunDefault).
 	simMaxMessagesPerRun = 100
-	simBatchSize         = 8           // jobs.BatchSizeDefault
-	simBatchRecent       = time.Second // jobs.batchRecent
-	simReadyCountMax     = 256         // jobs.ReadyCountMax
+	simBatchSize         = 8   // jobs.BatchSizeDefault
+	simReadyCountMax     = 256 // jobs.ReadyCountMax
 )
 
 type simTenant struct {
@@ -109,9 +108,8 @@ type simRunner struct {
 	started time.Time
 	n       int // messages its drain sent
 	token   int // invalidates a wait's timer once woken
-	// takeRoom's state (jobs.Runner.takeRoom): the room it wants, since
-	// when it looks, and a token that invalidates its timer once poked.
-	want      int
+	// takeRoom's state (jobs.Runner.takeRoom): since when it looks for
+	// room (Want), and a token that invalidates its timer once poked.
 	takeAt    time.Time
 	roomToken int
 }
@@ -158,11 +156,8 @@ type sim struct {
 	wakeups int
 	roomQ   []*simRunner // runners waiting for room
 	runners []*simRunner
-	// lastBacklog is when a batch claim last left due conversations of
-	// its tenant behind (jobs.Runner.lastBacklog).
-	lastBacklog time.Time
-	hung        bool      // the hang (simConfig.hang) happened
-	hungAt      time.Time // when its round started
+	hung    bool      // the hang (simConfig.hang) happened
+	hungAt  time.Time // when its round started
 	// measured
 	quietWaits []time.Duration
 	maxWait    time.Duration // any conversation due and unclaimed
@@ -355,10 +350,7 @@ func (m *sim) free(r *simRunner) {
 	if r.busy() {
 		return // woken while draining: the wake-up is for the next free runner
 	}
-	r.want, r.takeAt = 1, m.now
-	if !m.lastBacklog.IsZero() && m.now.Sub(m.lastBacklog) < simBatchRecent {
-		r.want = max(1, simBatchSize/2)
-	}
+	r.takeAt = m.now
 	m.take(r)
 }
 
@@ -370,10 +362,7 @@ func (m *sim) take(r *simRunner) {
 	if r.busy() {
 		return
 	}
-	want := r.want
-	if want > 1 && m.now.Sub(r.takeAt) >= simTurnSlice {
-		want = 1
-	}
+	want, later := m.s.Want(m.now, r.takeAt, simBatchSize)
 	n, t, urgent, d := Take(m.s, &m.room, m.now, simBatchSize, want, false)
 	if d == Refresh {
 		m.refresh()
@@ -385,8 +374,8 @@ func (m *sim) take(r *simRunner) {
 		token := r.roomToken
 		// The runner's poll ticker, and its timer for wanting less.
 		look := simPoll - m.now.Sub(r.takeAt)%simPoll
-		if late := simTurnSlice - m.now.Sub(r.takeAt); want > 1 && late > 0 {
-			look = min(look, late)
+		if later > 0 {
+			look = min(look, later)
 		}
 		m.at(look, func() {
 			if r.roomToken != token {
