@@ -116,8 +116,8 @@ func (r *Runner) runDrains(ctx context.Context, name string) error {
 		}
 		r.sched.passOn(t.Tenant, st.more)
 		held = s.slot
-		end, err := d.drain(ctx, s, st, name)
-		usable := r.end(ctx, s, end, err)
+		how, err := d.drain(ctx, s, st, name)
+		usable := r.end(ctx, s, how, err)
 		r.sched.give(1)
 		if !usable {
 			held = nil
