@@ -34,8 +34,8 @@
 //     drains here ended or claimed, or a poll interval passed.
 //   - A tenant that became due (NoteDue) and was not picked since is
 //     waiting for a worker. A drain of another tenant that ran for a turn
-//     slice stops at its next message boundary for it (HandOff) and its
-//     runner claims for that tenant first. A waiting tenant with nothing
+//     slice stops at its next message boundary for it (DrainGoesOn,
+//     HandOff) and its runner claims for that tenant first. A waiting tenant with nothing
 //     running in this process is urgent (Urgent): served before the round,
 //     and beyond the process's room when there is none (Room.Overdraw).
 //   - A batch (several conversations of one tenant drained together, one
@@ -47,8 +47,10 @@
 //     while that batch is gathering (Gather), the tenant sits out of the
 //     round, and its conversations that become due meanwhile join the
 //     batch instead of starting batches of one or two of their own — for
-//     at most a turn slice of its round. This is not work-conserving on
-//     purpose: a gathering batch that can take only a place or two more
+//     at most a turn slice of its round; and while batch claims leave
+//     due conversations behind, a free runner waits up to a turn slice
+//     for room for half a batch before it takes less (Want). This is not
+//     work-conserving on purpose: a gathering batch that can take only a place or two more
 //     keeps its tenant's backlog from runners with room free (in the
 //     simulation beside a steady tenant, up to 156 ms with five of
 //     sixteen places free). Three rules that served that case cost more
