@@ -3,7 +3,6 @@ package jobs
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -59,12 +58,9 @@ type scheduler struct {
 
 	mu sync.Mutex
 	m  *fair.Scheduler
-	// waiters are the runners blocked in wait, oldest first; wakeups are
-	// wake-ups that found no runner waiting, taken by the next runners
-	// that would wait (at most maxWakeups: one per runner).
-	waiters    []chan struct{}
-	wakeups    int
-	maxWakeups int
+	// idle are the runners blocked in wait (fair.Idle), each by its
+	// channel.
+	idle fair.Idle[chan struct{}]
 	// room is the process's room (Workers, and the overdraft), which its
 	// runners take from and give back to; freed is closed (and replaced)
 	// when room is given back or a conversation became due (a tenant may
@@ -80,7 +76,7 @@ type scheduler struct {
 // newScheduler builds the scheduler of a process whose runners number
 // runners, sharing room.
 func newScheduler(pool *pgxpool.Pool, poll, refreshMin, slice time.Duration, room fair.Room, runners int, db *outage.Watch, logger *slog.Logger) *scheduler {
-	return &scheduler{pool: pool, db: db, logger: logger, maxWakeups: runners, room: room, freed: make(chan struct{}),
+	return &scheduler{pool: pool, db: db, logger: logger, idle: fair.Idle[chan struct{}]{Runners: runners}, room: room, freed: make(chan struct{}),
 		m: fair.New(fair.Config{Poll: poll, RefreshMin: refreshMin, Slice: slice})}
 }
 
@@ -204,17 +200,11 @@ func (s *scheduler) dueIn(d time.Duration) {
 	s.m.DueIn(time.Now(), d)
 }
 
-// wake wakes the runners the model says (fair.Wake): the one that has
-// waited longest, or with none waiting the next that would wait. Called
-// with mu held.
+// wake wakes the runner the model says (fair.Idle.Wake). Called with mu
+// held.
 func (s *scheduler) wake(w fair.Wake) {
-	switch {
-	case w == fair.WakeNone:
-	case len(s.waiters) > 0:
-		close(s.waiters[0])
-		s.waiters = s.waiters[1:]
-	case w == fair.WakeOne:
-		s.wakeups = min(s.wakeups+1, s.maxWakeups)
+	if c, ok := s.idle.Wake(w); ok {
+		close(c)
 	}
 }
 
@@ -232,11 +222,9 @@ func (s *scheduler) wakeAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.m.WakeAll()
-	for _, w := range s.waiters {
-		close(w)
+	for _, c := range s.idle.All() {
+		close(c)
 	}
-	s.waiters = nil
-	s.wakeups = s.maxWakeups
 }
 
 // stop wakes every runner, waiting for work or for room, and makes every
@@ -333,14 +321,13 @@ func (s *scheduler) refresh(ctx context.Context) error {
 func (s *scheduler) wait(ctx context.Context) {
 	s.mu.Lock()
 	backoff := s.db.Wait()
-	if s.wakeups > 0 && backoff == 0 {
-		s.wakeups--
+	if backoff == 0 && s.idle.Kept() {
 		s.mu.Unlock()
 		return
 	}
 	d := max(s.m.Wait(time.Now()), backoff)
 	w := make(chan struct{})
-	s.waiters = append(s.waiters, w)
+	s.idle.Wait(w)
 	s.mu.Unlock()
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -352,9 +339,7 @@ func (s *scheduler) wait(ctx context.Context) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i := slices.Index(s.waiters, w); i >= 0 {
-		s.waiters = slices.Delete(s.waiters, i, i+1)
-	}
+	s.idle.Leave(w)
 	s.m.Waited(time.Now())
 }
 

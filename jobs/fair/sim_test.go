@@ -152,9 +152,8 @@ type sim struct {
 	room    Room
 	tenants []*simTenant
 	convs   map[int64][]*simConv // each tenant's conversations
-	waiters []*simRunner         // runners waiting for a notification
-	wakeups int
-	roomQ   []*simRunner // runners waiting for room
+	idle    Idle[*simRunner]     // runners waiting for a notification
+	roomQ   []*simRunner         // runners waiting for room
 	runners []*simRunner
 	hung    bool      // the hang (simConfig.hang) happened
 	hungAt  time.Time // when its round started
@@ -231,6 +230,7 @@ func runSim(t *testing.T, cfg simConfig) *sim {
 		}
 		m.at(time.Duration(m.rng.Int64N(int64(cfg.quietEvery))), next)
 	}
+	m.idle.Runners = cfg.workers + over
 	for i := range cfg.workers + over {
 		r := &simRunner{id: i}
 		m.runners = append(m.runners, r)
@@ -286,18 +286,11 @@ func (m *sim) pokeRoom() {
 	m.roomQ = nil
 }
 
-// wake wakes the runners the model says (jobs.scheduler.wake): the one
-// that has waited longest, or with none waiting the next that would wait.
+// wake wakes the runner the model says (Idle.Wake, as jobs.scheduler.wake).
 func (m *sim) wake(w Wake) {
-	switch {
-	case w == WakeNone:
-	case len(m.waiters) > 0:
-		r := m.waiters[0]
-		m.waiters = m.waiters[1:]
+	if r, ok := m.idle.Wake(w); ok {
 		r.token++
 		m.at(0, func() { m.free(r) })
-	case w == WakeOne:
-		m.wakeups = min(m.wakeups+1, len(m.runners))
 	}
 }
 
@@ -415,20 +408,17 @@ func (m *sim) wait(r *simRunner) {
 	if m.hung && m.now.Sub(m.hungAt) < m.cfg.hang {
 		m.waitsHung++
 	}
-	if m.wakeups > 0 {
-		m.wakeups--
+	if m.idle.Kept() {
 		m.at(time.Millisecond, func() { m.free(r) })
 		return
 	}
-	m.waiters = append(m.waiters, r)
+	m.idle.Wait(r)
 	token := r.token
 	m.at(m.s.Wait(m.now), func() {
 		if r.token != token {
 			return
 		}
-		if i := slices.Index(m.waiters, r); i >= 0 {
-			m.waiters = slices.Delete(m.waiters, i, i+1)
-		}
+		m.idle.Leave(r)
 		m.s.Waited(m.now)
 		m.free(r)
 	})
