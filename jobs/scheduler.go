@@ -90,19 +90,6 @@ func (s *scheduler) noteDue(tenant int64) {
 	s.roomChanged()
 }
 
-// decide asks the model with ask, reading the ready set for it when it
-// needs that (at most once). Called with mu held.
-func (s *scheduler) decide(ctx context.Context, ask func(now time.Time, fresh bool) fair.Decision) fair.Decision {
-	d := ask(time.Now(), false)
-	if d != fair.Refresh {
-		return d
-	}
-	if s.refresh(ctx) != nil {
-		return fair.None
-	}
-	return ask(time.Now(), true)
-}
-
 // take is a free runner's claim on the room (fair.Take) for as much as
 // the model wants of a runner that began to look at since (fair.Want),
 // with the ready set read for it if need be. With none for it, freed is
@@ -270,10 +257,13 @@ func (s *scheduler) roomChanged() {
 func (s *scheduler) pick(ctx context.Context) (t fair.Turn, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d := s.decide(ctx, func(now time.Time, fresh bool) (d fair.Decision) {
-		t, d = s.m.Pick(now, fresh)
-		return d
-	})
+	t, d := s.m.Pick(time.Now(), false)
+	if d == fair.Refresh { // read the ready set for it, once
+		if s.refresh(ctx) != nil {
+			return t, false
+		}
+		t, d = s.m.Pick(time.Now(), true)
+	}
 	return t, d == fair.Go
 }
 
