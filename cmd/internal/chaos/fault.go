@@ -233,6 +233,9 @@ func (r *run) runFaults(ctx context.Context, plan *faultPlan) {
 				r.exclusives = append(r.exclusives, exclusiveSpan{kind: f.Kind(), from: began, to: time.Now()})
 			}
 			r.spans = append(r.spans, faultSpan{kind: f.Kind(), what: f.Desc(), from: began, to: time.Now()})
+			if !indep {
+				r.settled = time.Now()
+			}
 			r.windowMu.Unlock()
 		}()
 	}
