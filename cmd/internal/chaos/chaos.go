@@ -296,12 +296,12 @@ type run struct {
 	pgAways        []pgAwayRecord        // fault_pg_away.go
 	handlerOutages []handlerOutageRecord // fault_handler_outage.go
 
-	answers     answerLog         // the API's answers to the clients during a Postgres outage
-	exclusives  []exclusiveSpan   // when each exclusive fault ran (fault.go)
-	spans       []faultSpan       // every fault injected, from injection to recovery (fault.go)
+	answers    answerLog       // the API's answers to the clients during a Postgres outage
+	exclusives []exclusiveSpan // when each exclusive fault ran (fault.go)
+	spans      []faultSpan     // every fault injected, from injection to recovery (fault.go)
 	// settled is when the last fault that breaks ordo's processes or
 	// Postgres (not an independent one) had recovered (fault.go).
-	settled time.Time
+	settled     time.Time
 	partitions  []partitionRecord // fault_worker_*_cut.go
 	workerAddrs []string          // each worker's listener: /healthz, /readyz, /metrics
 	netMu       sync.Mutex
