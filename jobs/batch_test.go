@@ -83,6 +83,21 @@ func importBacklogs(t *testing.T, b *jobstest.Bundle, prefix string, n, each int
 	}
 }
 
+// sentInOrder fails t unless each of the n conversations prefix000… had
+// its messages ("<conv> #0", "#1", …, as importBacklogs queues them) sent
+// in order, each once.
+func sentInOrder(t *testing.T, b *jobstest.Bundle, prefix string, n int) {
+	t.Helper()
+	for i := range n {
+		conv := fmt.Sprintf("%s%03d", prefix, i)
+		for k, s := range b.WhatsApp.SendsTo(conv) {
+			if want := fmt.Sprintf("%s #%d", conv, k); s.Text != want {
+				t.Fatalf("%s: send %d is %q, want %q: out of order or twice", conv, k, s.Text, want)
+			}
+		}
+	}
+}
+
 // Quiet conversations go out in batches, each message once, and the
 // process never has more conversations in flight than Config.Workers plus
 // its overdraft for a waiting tenant with nothing running (Workers/8, at
@@ -469,14 +484,7 @@ func TestBatchStopsWhenTheTenantIsPausedElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.WaitFor("every message sent after the resume", 20*time.Second, func() bool { return len(b.WhatsApp.Sends()) == 1+n*each })
-	for i := range n {
-		conv := fmt.Sprintf("e%03d", i)
-		for k, s := range b.WhatsApp.SendsTo(conv) {
-			if want := fmt.Sprintf("%s #%d", conv, k); s.Text != want {
-				t.Fatalf("%s: send %d is %q, want %q: out of order or twice", conv, k, s.Text, want)
-			}
-		}
-	}
+	sentInOrder(t, b, "e", n)
 	b.WaitFor("locks released", 5*time.Second, func() bool {
 		return b.Count(heldLocks) == 0
 	})
@@ -670,12 +678,5 @@ func TestBatchWithAnUnreadableCredentialPausesAndLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.WaitFor("every message sent after the resume", 20*time.Second, func() bool { return len(b.WhatsApp.Sends()) == 1+n*each })
-	for i := range n {
-		conv := fmt.Sprintf("u%03d", i)
-		for k, s := range b.WhatsApp.SendsTo(conv) {
-			if want := fmt.Sprintf("%s #%d", conv, k); s.Text != want {
-				t.Fatalf("%s: send %d is %q, want %q: out of order or twice", conv, k, s.Text, want)
-			}
-		}
-	}
+	sentInOrder(t, b, "u", n)
 }
