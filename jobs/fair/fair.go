@@ -35,9 +35,10 @@
 //   - A tenant that became due (NoteDue) and was not picked since is
 //     waiting for a worker. A drain of another tenant that ran for a turn
 //     slice stops at its next message boundary for it (DrainGoesOn,
-//     HandOff) and its runner claims for that tenant first. A waiting tenant with nothing
-//     running in this process is urgent (Urgent): served before the round,
-//     and beyond the process's room when there is none (Room.Overdraw).
+//     HandOff) and its runner claims for that tenant first. A waiting
+//     tenant with nothing running in this process is urgent (Urgent):
+//     served before the round, and beyond the process's room when there
+//     is none (Room.Overdraw).
 //   - A batch (several conversations of one tenant drained together, one
 //     write per round for all of them) costs a fraction of a message per
 //     message; many small batches cost almost what drains alone do. So a
@@ -50,10 +51,10 @@
 //     at most a turn slice of its round; and while batch claims leave
 //     due conversations behind, a free runner waits up to a turn slice
 //     for room for half a batch before it takes less (Want). This is not
-//     work-conserving on purpose: a gathering batch that can take only a place or two more
-//     keeps its tenant's backlog from runners with room free (in the
-//     simulation beside a steady tenant, up to 156 ms with five of
-//     sixteen places free). Three rules that served that case cost more
+//     work-conserving on purpose: a gathering batch that can take only a
+//     place or two more keeps its tenant's backlog from runners with room
+//     free (in the simulation beside a steady tenant, up to 156 ms with
+//     five of sixteen places free). Three rules that served that case cost more
 //     elsewhere: gathering only while the batch could refill made the
 //     simulated campaign's batches beside quiet tenants emptier (5.8 to
 //     5.4 conversations a round) and let a hung round keep conversations
@@ -889,10 +890,10 @@ func (s *Scheduler) Want(now, since time.Time, most int) (want int, later time.D
 }
 
 // Take is a free runner's decision for room at now, given the room it
-// wants (Want): room to claim
-// from the round (n > 0, d Go, urgent false: Pick says whose), room for an
-// urgent tenant (urgent true, t its turn), or none (d None: wait for room
-// to be given back, or Refresh: read the ready set and ask again).
+// wants (Want): room to claim from the round (n > 0, d Go, urgent false:
+// Pick says whose), room for an urgent tenant (urgent true, t its turn),
+// or none (d None: wait for room to be given back, or Refresh: read the
+// ready set and ask again).
 func Take(s *Scheduler, r *Room, now time.Time, most, want int, fresh bool) (n int, t Turn, urgent bool, d Decision) {
 	if n := r.Grab(most, want); n > 0 {
 		return n, Turn{}, false, Go // Pick serves urgent tenants first
