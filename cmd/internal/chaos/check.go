@@ -327,7 +327,7 @@ func chaosJudge(in chaosInput) *Report {
 
 	// 5e. A dependency away is a state: Postgres (quiet logs, 503 with
 	// Retry-After, /readyz), the tenants' handler (no dead letter, no halt,
-	// handled soon after its return).
+	// each conversation resumed in order after its return).
 	judgePGAways(rep, in)
 	judgeHandlerOutages(rep, in)
 

@@ -82,8 +82,11 @@ func TestPGAwayJudged(t *testing.T) {
 }
 
 // TestHandlerOutageJudged: a dead letter or a halt on the handler's
-// account, or a message handled more than HandledAfterBackMax after its
-// return, fails the check.
+// account, a conversation whose first waiting message is handled more than
+// HandledAfterBackMax after the return, or a later one more than that after
+// the one before it, fails the check; a deep conversation handled at its
+// pace passes (the committed soak of 2026-11-27 failed on one: 15 waiting,
+// the last 141 s after the return).
 func TestHandlerOutageJudged(t *testing.T) {
 	t.Parallel()
 	back := time.Now()
@@ -92,15 +95,24 @@ func TestHandlerOutageJudged(t *testing.T) {
 		for _, m := range []*chaosMsg{
 			{tenant: 0, conv: "c", id: "in1", text: "x", inbound: true},
 			{tenant: 0, conv: "c", id: "out1", text: "y"},
+			{tenant: 0, conv: "d", id: "d1", text: "x", inbound: true},
+			{tenant: 0, conv: "d", id: "d2", text: "x", inbound: true},
+			{tenant: 0, conv: "d", id: "d3", text: "x", inbound: true},
 			{tenant: 1, conv: "c", id: "m1", text: "z " + chaosUndeliverable},
 		} {
 			l.offer(m)
 		}
 		return chaosInput{
-			ledger:         l,
-			handlerOutages: []handlerOutageRecord{{down: back.Add(-3 * time.Minute), notFound: back.Add(-90 * time.Second), back: back, waiting: []string{"chaos-0:in1"}}},
-			handledAt:      map[string]time.Time{"chaos-0:in1": back.Add(80 * time.Second)},
-			deadLetters:    []chaosDeadLetter{{tenant: 1, messageID: "m1"}},
+			ledger: l,
+			handlerOutages: []handlerOutageRecord{{down: back.Add(-3 * time.Minute), notFound: back.Add(-90 * time.Second), back: back, waiting: []waitingMsg{
+				{key: "chaos-0:d3", conv: "chaos-0:d", order: 5},
+				{key: "chaos-0:in1", conv: "chaos-0:c", order: 0},
+				{key: "chaos-0:d1", conv: "chaos-0:d", order: 3},
+				{key: "chaos-0:d2", conv: "chaos-0:d", order: 4},
+			}}},
+			handledAt: map[string]time.Time{"chaos-0:in1": back.Add(80 * time.Second),
+				"chaos-0:d1": back.Add(10 * time.Second), "chaos-0:d2": back.Add(20 * time.Second), "chaos-0:d3": back.Add(30 * time.Second)},
+			deadLetters: []chaosDeadLetter{{tenant: 1, messageID: "m1"}},
 		}
 	}
 	for _, tc := range []struct {
@@ -111,6 +123,21 @@ func TestHandlerOutageJudged(t *testing.T) {
 		{"handled 80 s after", func(in *chaosInput) {}, false},
 		{"handled 91 s after", func(in *chaosInput) { in.handledAt["chaos-0:in1"] = back.Add(91 * time.Second) }, true},
 		{"never handled", func(in *chaosInput) { delete(in.handledAt, "chaos-0:in1") }, true},
+		{"a deep conversation at its pace, the last 250 s after", func(in *chaosInput) {
+			in.handledAt["chaos-0:d1"] = back.Add(85 * time.Second)
+			in.handledAt["chaos-0:d2"] = back.Add(170 * time.Second)
+			in.handledAt["chaos-0:d3"] = back.Add(250 * time.Second)
+		}, false},
+		{"a deep conversation's second 95 s after its first", func(in *chaosInput) {
+			in.handledAt["chaos-0:d2"] = back.Add(105 * time.Second)
+			in.handledAt["chaos-0:d3"] = back.Add(110 * time.Second)
+		}, true},
+		{"a deep conversation's first 91 s after", func(in *chaosInput) {
+			in.handledAt["chaos-0:d1"] = back.Add(91 * time.Second)
+			in.handledAt["chaos-0:d2"] = back.Add(92 * time.Second)
+			in.handledAt["chaos-0:d3"] = back.Add(93 * time.Second)
+		}, true},
+		{"a deep conversation's middle one never handled", func(in *chaosInput) { delete(in.handledAt, "chaos-0:d2") }, true},
 		{"an inbound message dead-lettered", func(in *chaosInput) {
 			in.deadLetters = append(in.deadLetters, chaosDeadLetter{tenant: 0, messageID: "in1"})
 		}, true},

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -118,7 +120,8 @@ func (f *handlerOutage) Inject(_ context.Context, r *run) bool {
 }
 
 // Recover serves the handler again and notes the inbound messages still
-// waiting for it: each must be handled within HandledAfterBackMax.
+// waiting for it: each conversation's must be handled in turn, each within
+// HandledAfterBackMax of the return or of the one before it.
 func (f *handlerOutage) Recover(_ context.Context, r *run) {
 	if err := r.handler.srv.restore(); err != nil {
 		r.log.printf("handler outage: listen again: %v", err)
@@ -126,13 +129,13 @@ func (f *handlerOutage) Recover(_ context.Context, r *run) {
 	f.rec.back = time.Now()
 	f.rec.notFounds = r.handler.srv.notFoundCount()
 	okAt := r.handler.srv.handled()
-	for _, m := range r.ledger.accepted() {
+	for i, m := range r.ledger.accepted() {
 		t := r.tenants[m.tenant]
 		if !m.inbound || !t.inbound {
 			continue
 		}
 		if key := t.slug + ":" + m.id; okAt[key].IsZero() {
-			f.rec.waiting = append(f.rec.waiting, key)
+			f.rec.waiting = append(f.rec.waiting, waitingMsg{key: key, conv: t.slug + ":" + m.conv, order: i})
 		}
 	}
 	r.log.printf("handler back after %s: %d inbound messages waiting for it, %d 404s answered meanwhile",
@@ -145,13 +148,29 @@ func (f *handlerOutage) Recover(_ context.Context, r *run) {
 // handlerOutageRecord is what one handler outage left for the checker.
 type handlerOutageRecord struct {
 	down, notFound, back time.Time
-	notFounds            int      // 404s answered: ordo's probes (and calls in flight)
-	waiting              []string // tenant slug:message id of the inbound messages not handled when it came back
+	notFounds            int          // 404s answered: ordo's probes (and calls in flight)
+	waiting              []waitingMsg // the inbound messages not handled when it came back
+}
+
+// waitingMsg is an inbound message that waited for the handler: its key
+// (tenant slug:message id), its conversation (tenant slug:conversation id)
+// and its place among the ledger's offers (a conversation's are offered one
+// at a time, in order; a webhook's answer carries no seq).
+type waitingMsg struct {
+	key, conv string
+	order     int
 }
 
 // judgeHandlerOutages checks what the contract promises for a handler that
-// is away: no dead letter and no halt on its account, and every inbound
-// message that waited handled within HandledAfterBackMax of its return.
+// is away: no dead letter and no halt on its account, and each conversation
+// that waited resumes in order once it is back — its first waiting inbound
+// message handled within HandledAfterBackMax of the return, each later one
+// within HandledAfterBackMax of the one before it. A conversation's messages
+// go one at a time (each one's replies sent, retries and reconcile waits
+// included, before the next is handled), so a conversation with 15 waiting
+// is not held to 90 s for all 15 (the soak of 2026-11-27 failed so, its
+// deepest conversation handled at its pace, cmd/ordo-chaos/soak/README.md),
+// while one that does not resume, or stalls, still fails.
 func judgeHandlerOutages(rep *Report, in chaosInput) {
 	if len(in.handlerOutages) == 0 {
 		return
@@ -173,27 +192,38 @@ func judgeHandlerOutages(rep *Report, in chaosInput) {
 	problems = append(problems, in.halted...)
 	var figures []string
 	for _, o := range in.handlerOutages {
-		bound := HandledAfterBackMax + stoppedDelivery(in.exclusives, o.back, o.back.Add(HandledAfterBackMax))
-		var slowest time.Duration
+		waiting := slices.Clone(o.waiting)
+		slices.SortFunc(waiting, func(a, b waitingMsg) int {
+			return cmp.Or(strings.Compare(a.conv, b.conv), cmp.Compare(a.order, b.order))
+		})
+		var slowest, behind time.Duration // after the return; after the one before
 		late, never := 0, 0
-		for _, k := range o.waiting {
-			at, ok := in.handledAt[k]
+		from := o.back // the return, or when the one before it in its conversation was handled
+		for i, w := range waiting {
+			if i == 0 || w.conv != waiting[i-1].conv {
+				from = o.back
+			}
+			bound := HandledAfterBackMax + stoppedDelivery(in.exclusives, from, from.Add(HandledAfterBackMax))
+			at, ok := in.handledAt[w.key]
 			switch {
 			case !ok:
 				never++
-				problems = append(problems, fmt.Sprintf("%.80q waited for the handler and was never handled", k))
-			case at.Sub(o.back) > bound:
+				problems = append(problems, fmt.Sprintf("%.80q waited for the handler and was never handled", w.key))
+				continue
+			case at.Sub(from) > bound:
 				late++
-				problems = append(problems, fmt.Sprintf("%.80q handled %.1fs after the handler was back", k, at.Sub(o.back).Seconds()))
+				problems = append(problems, fmt.Sprintf("%.80q handled %.1fs after the handler was back, %.1fs after the one before it (bound %.0fs)",
+					w.key, at.Sub(o.back).Seconds(), at.Sub(from).Seconds(), bound.Seconds()))
 			}
-			if ok {
-				slowest = max(slowest, at.Sub(o.back))
+			slowest, behind = max(slowest, at.Sub(o.back)), max(behind, at.Sub(from))
+			if at.After(from) {
+				from = at
 			}
 		}
-		figures = append(figures, fmt.Sprintf("away %.0fs (404 from +%.0fs, %d answered): %d inbound messages waited, the last handled %.1fs after it was back (bound %.0fs: %s plus the faults that stopped delivery meanwhile), %d late, %d never",
-			o.back.Sub(o.down).Seconds(), o.notFound.Sub(o.down).Seconds(), o.notFounds, len(o.waiting), slowest.Seconds(), bound.Seconds(), HandledAfterBackMax, late, never))
+		figures = append(figures, fmt.Sprintf("away %.0fs (404 from +%.0fs, %d answered): %d inbound messages waited, the last handled %.1fs after it was back, the longest %.1fs after the return or the one before it in its conversation (bound %s plus the faults that stopped delivery meanwhile), %d late, %d never",
+			o.back.Sub(o.down).Seconds(), o.notFound.Sub(o.down).Seconds(), o.notFounds, len(o.waiting), slowest.Seconds(), behind.Seconds(), HandledAfterBackMax, late, never))
 	}
-	rep.add("a handler outage: no dead letter, no halt, handled soon after", len(problems) == 0,
+	rep.add("a handler outage: no dead letter, no halt, each conversation resumes in order", len(problems) == 0,
 		fmt.Sprintf("%d inbound dead letters, %d halted conversations; %s", dead, len(in.halted), strings.Join(figures, "; ")), problems...)
 }
 
