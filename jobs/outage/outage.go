@@ -206,7 +206,7 @@ func (w *Watch) Sleep(ctx context.Context, least time.Duration) error {
 }
 
 // QuietHandler is a slog.Handler for a library whose loops (River's
-// producer, elector and notifier) retry against a database that is away
+// producer and elector) retry against a database that is away
 // and log each try and reconnection: while the watched dependency is down
 // it drops them all; the watch's two lines say what they would.
 type QuietHandler struct {
