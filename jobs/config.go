@@ -110,10 +110,11 @@ type Config struct {
 	// table. Default OrphanIntervalDefault.
 	OrphanInterval time.Duration
 	// FetchPollInterval is how long an idle runner waits before it looks
-	// for due conversations again (and River's fallback poll); conversations
-	// that become due are picked up at once through LISTEN/NOTIFY, and the
-	// end of a wait the scheduler knows of wakes it too. Default
-	// FetchPollIntervalDefault.
+	// for due conversations again (and River's poll, at most
+	// FetchPollIntervalDefault: River runs poll-only, river.go);
+	// conversations that become due are picked up at once through
+	// LISTEN/NOTIFY, and the end of a wait the scheduler knows of wakes
+	// it too. Default FetchPollIntervalDefault.
 	FetchPollInterval time.Duration
 	// RefreshMin is how often, at most, a process re-reads which tenants
 	// have due conversations (scheduler.go). Default RefreshMinDefault.
